@@ -1,0 +1,129 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace warden::ops {
+
+const Shape& ShapeContext::shape(size_t i) const {
+  static const Shape kEmpty;
+  if (!is_tensor(i)) return kEmpty;
+  return args_[i].shape;
+}
+
+const std::vector<Shape>& ShapeContext::shapes(size_t i) const {
+  static const std::vector<Shape> kEmpty;
+  if (i >= args_.size()) return kEmpty;
+  return args_[i].list;
+}
+
+int64_t ShapeContext::Int(size_t i) const {
+  if (i >= args_.size()) return 0;
+  const c10::IValue& v = args_[i].constant;
+  if (v.isInt()) return v.toInt();
+  if (v.isBool()) return v.toBool() ? 1 : 0;
+  if (v.isIntList()) {
+    auto list = v.toIntVector();
+    return list.empty() ? 0 : list[0];
+  }
+  return 0;
+}
+
+std::vector<int64_t> ShapeContext::Ints(size_t i) const {
+  if (i >= args_.size()) return {};
+  const c10::IValue& v = args_[i].constant;
+  if (v.isIntList()) return v.toIntVector();
+  if (v.isInt()) return {v.toInt()};
+  return {};
+}
+
+bool ShapeContext::Bool(size_t i) const {
+  if (i >= args_.size()) return false;
+  const c10::IValue& v = args_[i].constant;
+  if (v.isBool()) return v.toBool();
+  if (v.isInt()) return v.toInt() != 0;
+  return false;
+}
+
+absl::Status ShapeContext::RequireEqual(Dim a, Dim b, absl::string_view why) const {
+  if (a == b) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op_, ": ", why, " requires ", a, " == ", b));
+}
+
+Registry& Registry::Global() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+void Registry::Add(OpInfo info) {
+  std::string name = info.name;
+  ops_[name] = std::move(info);
+}
+
+const OpInfo* Registry::Find(absl::string_view name) const {
+  auto it = ops_.find(std::string(name));
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Registry::Names() const {
+  std::vector<std::string> names;
+  names.reserve(ops_.size());
+  for (const auto& [name, info] : ops_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank, absl::string_view op) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim, " out of range for rank ", rank));
+  }
+  return dim < 0 ? dim + r : dim;
+}
+
+absl::StatusOr<Shape> Broadcast(const ShapeContext& ctx, const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Align from the right.
+    const bool has_a = i < a.size();
+    const bool has_b = i < b.size();
+    const Dim da = has_a ? a[a.size() - 1 - i] : 1;
+    const Dim db = has_b ? b[b.size() - 1 - i] : 1;
+    Dim d;
+    if (da == 1) {
+      d = db;
+    } else if (db == 1) {
+      d = da;
+    } else {
+      auto st = ctx.RequireEqual(da, db, "broadcast");
+      if (!st.ok()) return st;
+      d = da;
+    }
+    out[n - 1 - i] = d;
+  }
+  return out;
+}
+
+ShapeRule SameAs(size_t i) {
+  return [i](const ShapeContext& ctx) -> absl::StatusOr<std::vector<Shape>> {
+    return std::vector<Shape>{ctx.shape(i)};
+  };
+}
+
+ShapeRule BroadcastAll() {
+  return [](const ShapeContext& ctx) -> absl::StatusOr<std::vector<Shape>> {
+    Shape out;
+    for (size_t i = 0; i < ctx.num_args(); ++i) {
+      if (!ctx.is_tensor(i)) continue;
+      auto b = Broadcast(ctx, out, ctx.shape(i));
+      if (!b.ok()) return b.status();
+      out = *std::move(b);
+    }
+    return std::vector<Shape>{out};
+  };
+}
+
+}  // namespace warden::ops

@@ -1,0 +1,141 @@
+// Warden's graph IR: values (arguments, captured constants, node results), nodes (one ATen op call
+// each, with its non-tensor arguments as constants) and the outputs. The tracer builds it; guards/
+// and the backends read it. Backend-specific state does not live here.
+//
+// Semantics. Nodes are in execution order and run exactly in that order: in-place ops and views
+// alias as in eager (a node output that aliases one of its inputs records `alias_of`), random ops
+// draw again on every run, and a node whose result is not a tensor (item(), is_nonzero) carries the
+// value seen at trace time, which the artifact re-checks on every run (a value guard).
+#ifndef WARDEN_TRACER_GRAPH_H_
+#define WARDEN_TRACER_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+
+namespace warden::tracer {
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+// Metadata of a tensor as seen during the trace.
+struct TensorMeta {
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool requires_grad = false;
+
+  static TensorMeta Of(const at::Tensor& t);
+};
+
+#define WARDEN_VALUE_KINDS(X) \
+  X(kInput, "input")          \
+  X(kConstant, "constant")    \
+  X(kNode, "node")
+
+enum class ValueKind : uint8_t {
+#define WARDEN_X(name, text) name,
+  WARDEN_VALUE_KINDS(WARDEN_X)
+#undef WARDEN_X
+};
+const char* ValueKindName(ValueKind kind);
+
+struct Value {
+  ValueId id = kNoValue;
+  ValueKind kind = ValueKind::kNode;
+  bool is_tensor = true;      // false: a scalar result of a data-dependent op
+  TensorMeta meta;            // tensors: metadata at trace time
+  int arg_index = -1;         // kInput: position in the argument list
+  at::Tensor constant;        // kConstant: captured by reference (not copied)
+  int node = -1;              // kNode: producing node
+  int output_index = 0;       // kNode: which flattened output of the producer
+  ValueId alias_of = kNoValue;  // the value whose storage this one views (-1: own storage)
+  c10::IValue traced_scalar;  // !is_tensor: the value seen at trace time
+};
+
+// One argument of a node, in schema order.
+struct NodeArg {
+  enum class Kind : uint8_t {
+    kConstant,      // any non-tensor IValue (int, double, int[], ScalarType, None, ...)
+    kValue,         // a tensor value
+    kValueList,     // Tensor[]
+    kOptValueList,  // Tensor?[] (kNoValue marks None)
+  };
+  Kind kind = Kind::kConstant;
+  c10::IValue constant;
+  ValueId value = kNoValue;
+  std::vector<ValueId> values;
+};
+
+// How a node's returns map to values: each schema return is one tensor, a tensor list, or a
+// non-tensor scalar.
+struct NodeReturn {
+  enum class Kind : uint8_t { kTensor, kTensorList, kScalar };
+  Kind kind = Kind::kTensor;
+  std::vector<ValueId> values;  // one for kTensor/kScalar, one per element for kTensorList
+};
+
+#define WARDEN_NODE_KINDS(X)                                                        \
+  X(kRule, "rule")          /* op with a registered shape rule */                   \
+  X(kOpaque, "opaque")      /* op without a rule: shapes specialized at trace time */ \
+  X(kDataDependent, "data") /* result depends on tensor values: value-guarded */
+
+enum class NodeKind : uint8_t {
+#define WARDEN_X(name, text) name,
+  WARDEN_NODE_KINDS(WARDEN_X)
+#undef WARDEN_X
+};
+const char* NodeKindName(NodeKind kind);
+
+struct Node {
+  int index = 0;
+  std::string op;  // "aten::add.Tensor"
+  std::optional<c10::OperatorHandle> handle;
+  NodeKind kind = NodeKind::kRule;
+  std::vector<NodeArg> args;
+  std::vector<NodeReturn> returns;
+  bool mutates = false;     // writes one of its inputs (schema alias annotation with '!')
+  bool random = false;      // draws from a generator
+  bool factory = false;     // creates a tensor from sizes (may read the default dtype)
+};
+
+// What a graph argument was at trace time.
+enum class ArgKind : uint8_t { kTensor, kUndefinedTensor, kInt, kDouble, kBool };
+const char* ArgKindName(ArgKind kind);
+
+class Graph {
+ public:
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<ArgKind> arg_kinds;       // one per call argument
+  std::vector<ValueId> arg_values;      // tensor args: their input value; others kNoValue
+  std::vector<std::string> arg_names;
+  std::vector<ValueId> outputs;         // kNoValue: an undefined tensor was returned
+
+  ValueId AddValue(Value v);
+  const Value& value(ValueId id) const { return values.at(id); }
+
+  // The argument whose storage a value (transitively) views, or -1 (constant or fresh storage).
+  int BaseArg(ValueId id) const;
+  // Arguments written by some node (in-place op or out= on an argument or a view of one).
+  std::vector<int> MutatedArgs() const;
+  bool HasMutation() const;
+
+  // Canonical text: arguments by name, constants %c0.., node results %<node>[.<k>].
+  std::string ToString() const;
+  std::string ValueName(ValueId id) const;
+};
+
+std::string DtypeShort(at::ScalarType t);  // f32, i64, b8, ...
+std::string ShapeString(const std::vector<int64_t>& sizes);  // [3, 4]
+std::string IValueString(const c10::IValue& v);
+
+}  // namespace warden::tracer
+
+#endif  // WARDEN_TRACER_GRAPH_H_

@@ -1,0 +1,551 @@
+// Note [Capture]
+// Every tensor argument is replaced by a WrapperImpl: a storage-less TensorImpl whose key set is
+// the real tensor's plus DispatchKey::DeferredInit, a functionality key above Autograd that stock
+// LibTorch registers nothing on. One boxed fallback on that key sees every op that touches a
+// wrapper (and, because the key is also included in TLS during the trace, every factory op). The
+// fallback then either
+//   - decomposes the op (no rule, but a CompositeImplicitAutograd kernel): the composite kernel
+//     runs on the wrappers and its inner ops come back here;
+//   - or records a node and runs the op on the real tensors with DeferredInit excluded, wrapping
+//     the results.
+// Wrappers use SizesStridesPolicy::CustomSizes, so sizes/strides reads by user code or composite
+// kernels go through WrapperImpl and are recorded as specializations (MetadataRead). Warden itself
+// never reads metadata through a wrapper: it unwraps first.
+#include "tracer/tracer.h"
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include "absl/strings/str_cat.h"
+#include "ops/registry.h"
+#include "tracer/error.h"
+
+namespace warden::tracer {
+namespace {
+
+constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::DeferredInit;
+
+std::atomic<uint64_t> next_trace_id{1};
+
+struct TraceState {
+  const uint64_t id = next_trace_id.fetch_add(1);
+  std::shared_ptr<Graph> graph = std::make_shared<Graph>();
+  std::unordered_map<const c10::TensorImpl*, ValueId> constants;
+  std::map<std::pair<ValueId, int>, MetadataRead> reads;
+  std::vector<std::string> composite_stack;
+  std::string untraceable;
+  std::vector<std::string> rule_mismatches;
+  bool side_effect_seen = false;  // a mutation or random draw happened
+  bool finished = false;
+
+  void OnRead(ValueId id, MetadataRead::What what) {
+    if (finished) return;
+    auto key = std::make_pair(id, static_cast<int>(what));
+    if (reads.count(key)) return;
+    MetadataRead r;
+    r.value = id;
+    r.what = what;
+    r.by = composite_stack.empty() ? "user code"
+                                   : absl::StrCat(composite_stack.back(), " (composite)");
+    reads.emplace(key, std::move(r));
+  }
+};
+
+thread_local TraceState* current_state = nullptr;
+
+class WrapperImpl final : public c10::TensorImpl {
+ public:
+  WrapperImpl(at::Tensor real, uint64_t trace_id, ValueId id)
+      : c10::TensorImpl(real.key_set() | c10::DispatchKeySet(kTraceKey), real.dtype(),
+                        real.device()),
+        real_(std::move(real)),
+        trace_id_(trace_id),
+        id_(id) {
+    set_sizes_and_strides(real_.sizes(), real_.strides());
+    set_storage_access_should_throw();
+    set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
+  }
+
+  const at::Tensor& real() const { return real_; }
+  ValueId id() const { return id_; }
+  void set_id(ValueId id) { id_ = id; }
+  // The trace this wrapper belongs to if that trace is the one running on this thread, else null
+  // (the wrapper escaped its trace; its state may be gone, so it is never dereferenced then).
+  TraceState* live_state() const {
+    return current_state != nullptr && current_state->id == trace_id_ ? current_state : nullptr;
+  }
+
+  c10::IntArrayRef sizes_custom() const override {
+    Read(MetadataRead::What::kSizes);
+    return real_.sizes();
+  }
+  c10::SymIntArrayRef sym_sizes_custom() const override {
+    Read(MetadataRead::What::kSizes);
+    return real_.sym_sizes();
+  }
+  int64_t dim_custom() const override {
+    Read(MetadataRead::What::kSizes);
+    return real_.dim();
+  }
+  int64_t numel_custom() const override {
+    Read(MetadataRead::What::kSizes);
+    return real_.numel();
+  }
+  c10::SymInt sym_numel_custom() const override {
+    Read(MetadataRead::What::kSizes);
+    return real_.sym_numel();
+  }
+  c10::IntArrayRef strides_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.strides();
+  }
+  c10::SymIntArrayRef sym_strides_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.sym_strides();
+  }
+  int64_t storage_offset_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.storage_offset();
+  }
+  c10::SymInt sym_storage_offset_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return c10::SymInt(real_.storage_offset());
+  }
+  bool is_contiguous_custom(at::MemoryFormat format) const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.is_contiguous(format);
+  }
+  bool is_strides_like_custom(at::MemoryFormat format) const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.unsafeGetTensorImpl()->is_strides_like(format);
+  }
+  bool is_non_overlapping_and_dense_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.is_non_overlapping_and_dense();
+  }
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      const c10::VariableVersion& version_counter,
+      bool allow_tensor_metadata_change) const override {
+    return c10::make_intrusive<WrapperImpl>(real_, trace_id_, id_);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const override {
+    return c10::make_intrusive<WrapperImpl>(real_, trace_id_, id_);
+  }
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override {
+    throw Error("warden: shallow_copy_from (Tensor::set_data) on a traced tensor is not supported");
+  }
+
+ private:
+  const char* tensorimpl_type_name() const override { return "warden::WrapperImpl"; }
+
+  void Read(MetadataRead::What what) const {
+    if (TraceState* st = live_state()) st->OnRead(id_, what);
+  }
+
+  at::Tensor real_;
+  uint64_t trace_id_;
+  ValueId id_;
+};
+
+WrapperImpl* AsWrapper(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->key_set().has(kTraceKey)) return nullptr;
+  return static_cast<WrapperImpl*>(impl);
+}
+
+at::Tensor Wrap(const at::Tensor& real, TraceState* state, ValueId id) {
+  return at::Tensor(c10::make_intrusive<WrapperImpl>(real, state->id, id));
+}
+
+std::string OpName(const c10::FunctionSchema& schema) {
+  if (schema.overload_name().empty()) return schema.name();
+  return absl::StrCat(schema.name(), ".", schema.overload_name());
+}
+
+// Maps one tensor seen in a node's arguments to its value: wrappers to their value, plain tensors
+// to a (deduplicated) captured constant. Returns the real tensor to run the op with.
+ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
+  if (WrapperImpl* w = AsWrapper(t)) {
+    if (w->live_state() != &st) {
+      throw Error("warden: a tensor from another (finished) trace was used while tracing; "
+                  "traced tensors must not escape the traced function");
+    }
+    *real = w->real();
+    return w->id();
+  }
+  *real = t;
+  auto it = st.constants.find(t.unsafeGetTensorImpl());
+  if (it != st.constants.end()) return it->second;
+  Value v;
+  v.kind = ValueKind::kConstant;
+  v.meta = TensorMeta::Of(t);
+  v.constant = t;
+  ValueId id = st.graph->AddValue(std::move(v));
+  st.constants.emplace(t.unsafeGetTensorImpl(), id);
+  return id;
+}
+
+bool IsOptionalTensorList(const c10::IValue& v) {
+  if (!v.isList()) return false;
+  for (const c10::IValue& e : v.toListRef()) {
+    if (!e.isTensor() && !e.isNone()) return false;
+  }
+  return v.toListRef().size() > 0;
+}
+
+// Records argument `iv` into `arg` and replaces wrappers in `iv` by their real tensors.
+void RecordArg(TraceState& st, c10::IValue& iv, NodeArg& arg, std::vector<ValueId>& tensor_inputs,
+               std::vector<at::Tensor>& real_inputs) {
+  if (iv.isTensor()) {
+    const at::Tensor& t = iv.toTensor();
+    if (!t.defined()) {
+      arg.kind = NodeArg::Kind::kConstant;
+      arg.constant = iv;
+      return;
+    }
+    at::Tensor real;
+    arg.kind = NodeArg::Kind::kValue;
+    arg.value = TensorValue(st, t, &real);
+    tensor_inputs.push_back(arg.value);
+    real_inputs.push_back(real);
+    iv = real;
+    return;
+  }
+  if (iv.isTensorList()) {
+    arg.kind = NodeArg::Kind::kValueList;
+    c10::List<at::Tensor> reals;
+    for (const at::Tensor& t : iv.toTensorVector()) {
+      at::Tensor real;
+      ValueId id = TensorValue(st, t, &real);
+      arg.values.push_back(id);
+      tensor_inputs.push_back(id);
+      real_inputs.push_back(real);
+      reals.push_back(real);
+    }
+    iv = reals;
+    return;
+  }
+  if (IsOptionalTensorList(iv)) {
+    arg.kind = NodeArg::Kind::kOptValueList;
+    c10::List<c10::optional<at::Tensor>> reals;
+    for (const c10::IValue& e : iv.toListRef()) {
+      if (e.isNone() || !e.toTensor().defined()) {
+        arg.values.push_back(kNoValue);
+        reals.push_back(c10::nullopt);
+        continue;
+      }
+      at::Tensor real;
+      ValueId id = TensorValue(st, e.toTensor(), &real);
+      arg.values.push_back(id);
+      tensor_inputs.push_back(id);
+      real_inputs.push_back(real);
+      reals.push_back(real);
+    }
+    iv = reals;
+    return;
+  }
+  arg.kind = NodeArg::Kind::kConstant;
+  arg.constant = iv;
+}
+
+// The input this result aliases (shares storage with), if any; the schema's alias annotations say
+// the same for view and in-place ops, but storage identity also catches ops that return `self`.
+ValueId AliasedInput(const at::Tensor& result, const std::vector<ValueId>& ids,
+                     const std::vector<at::Tensor>& reals) {
+  if (!result.defined() || !result.has_storage()) return kNoValue;
+  for (size_t i = 0; i < reals.size(); ++i) {
+    if (reals[i].has_storage() && result.is_alias_of(reals[i])) return ids[i];
+  }
+  return kNoValue;
+}
+
+ops::ShapeContext MakeShapeContext(const Graph& g, const Node& node) {
+  std::vector<ops::ShapeContext::Arg> args;
+  args.reserve(node.args.size());
+  for (const NodeArg& a : node.args) {
+    ops::ShapeContext::Arg s;
+    switch (a.kind) {
+      case NodeArg::Kind::kConstant:
+        if (a.constant.isNone() || (a.constant.isTensor() && !a.constant.toTensor().defined())) {
+          s.kind = ops::ShapeContext::Arg::Kind::kNone;
+        } else {
+          s.kind = ops::ShapeContext::Arg::Kind::kConstant;
+          s.constant = a.constant;
+        }
+        break;
+      case NodeArg::Kind::kValue:
+        s.kind = ops::ShapeContext::Arg::Kind::kTensor;
+        s.shape = g.value(a.value).meta.sizes;
+        break;
+      case NodeArg::Kind::kValueList:
+      case NodeArg::Kind::kOptValueList:
+        s.kind = ops::ShapeContext::Arg::Kind::kTensorList;
+        for (ValueId id : a.values) {
+          s.list.push_back(id == kNoValue ? ops::Shape{} : g.value(id).meta.sizes);
+        }
+        break;
+    }
+    args.push_back(std::move(s));
+  }
+  return ops::ShapeContext(node.op, std::move(args));
+}
+
+// Checks the registered rule against what ATen produced; a rule that disagrees is a Warden bug,
+// and the node is then treated as opaque (its shapes specialized) rather than trusted.
+void CheckRule(TraceState& st, const ops::OpInfo& info, Node& node) {
+  if (!info.shape) return;
+  const Graph& g = *st.graph;
+  auto shapes = info.shape(MakeShapeContext(g, node));
+  std::vector<std::vector<int64_t>> actual;
+  for (const NodeReturn& r : node.returns) {
+    if (r.kind == NodeReturn::Kind::kScalar) continue;
+    for (ValueId id : r.values) actual.push_back(g.value(id).meta.sizes);
+  }
+  bool ok = shapes.ok() && shapes->size() == actual.size();
+  for (size_t i = 0; ok && i < actual.size(); ++i) {
+    if (info.data_dependent_shape) break;
+    ok = (*shapes)[i] == actual[i];
+  }
+  if (!ok) {
+    node.kind = NodeKind::kOpaque;
+    st.rule_mismatches.push_back(absl::StrCat(
+        node.op, " at %", node.index, ": ",
+        shapes.ok() ? "shape rule disagrees with ATen" : std::string(shapes.status().message())));
+  }
+}
+
+void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  TraceState* st = current_state;
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  if (st == nullptr) {
+    // A wrapper outside its trace: it escaped the traced function.
+    throw Error(absl::StrCat("warden: ", OpName(schema),
+                             " was called on a traced tensor after its trace ended; traced "
+                             "tensors must not escape the traced function"));
+  }
+  const std::string name = OpName(schema);
+  const ops::OpInfo* info = ops::Registry::Global().Find(name);
+
+  if (info == nullptr && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    st->composite_stack.push_back(name);
+    struct Pop {
+      TraceState* st;
+      ~Pop() { st->composite_stack.pop_back(); }
+    } pop{st};
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, *stack);
+    return;
+  }
+
+  Graph& g = *st->graph;
+  Node node;
+  node.index = static_cast<int>(g.nodes.size());
+  node.op = name;
+  node.handle = op;
+  node.kind = info != nullptr ? NodeKind::kRule : NodeKind::kOpaque;
+  node.mutates = schema.is_mutable();
+  bool has_generator = false;
+  for (const auto& a : schema.arguments()) {
+    if (a.type()->kind() == c10::TypeKind::OptionalType &&
+        a.type()->containedType(0)->kind() == c10::TypeKind::GeneratorType) {
+      has_generator = true;
+    }
+  }
+  node.random = (info != nullptr && info->random) || has_generator;
+
+  std::vector<ValueId> tensor_inputs;
+  std::vector<at::Tensor> real_inputs;
+  std::vector<WrapperImpl*> written_wrappers(num_args, nullptr);
+  auto args = torch::jit::last(*stack, num_args);
+  node.args.resize(num_args);
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& iv = (*stack)[stack->size() - num_args + i];
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite() && iv.isTensor()) {
+      written_wrappers[i] = AsWrapper(iv.toTensor());
+    }
+    RecordArg(*st, iv, node.args[i], tensor_inputs, real_inputs);
+  }
+  (void)args;
+  node.factory = (info != nullptr && info->factory) || tensor_inputs.empty();
+
+  {
+    c10::impl::ExcludeDispatchKeyGuard exclude(kTraceKey);
+    op.callBoxed(stack);
+  }
+
+  const size_t num_returns = schema.returns().size();
+  const size_t first = stack->size() - num_returns;
+  int output_index = 0;
+  auto new_tensor_value = [&](const at::Tensor& real) {
+    Value v;
+    v.kind = ValueKind::kNode;
+    v.meta = TensorMeta::Of(real);
+    v.node = node.index;
+    v.output_index = output_index++;
+    v.alias_of = AliasedInput(real, tensor_inputs, real_inputs);
+    return g.AddValue(std::move(v));
+  };
+  for (size_t j = 0; j < num_returns; ++j) {
+    c10::IValue& iv = (*stack)[first + j];
+    NodeReturn ret;
+    if (iv.isTensor() && iv.toTensor().defined()) {
+      const at::Tensor real = iv.toTensor();
+      ret.kind = NodeReturn::Kind::kTensor;
+      ValueId id = new_tensor_value(real);
+      ret.values.push_back(id);
+      // An in-place op returns its written argument: keep that wrapper (user code holds it) and
+      // move it to the new version of the value.
+      WrapperImpl* reuse = nullptr;
+      const auto* alias = schema.returns()[j].alias_info();
+      if (alias != nullptr && alias->isWrite()) {
+        for (size_t i = 0; i < num_args; ++i) {
+          const auto* a = schema.arguments()[i].alias_info();
+          if (written_wrappers[i] != nullptr && a != nullptr &&
+              a->beforeSets() == alias->beforeSets()) {
+            reuse = written_wrappers[i];
+          }
+        }
+      }
+      if (reuse != nullptr) {
+        reuse->set_id(id);
+        iv = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(reuse));
+      } else {
+        iv = Wrap(real, st, id);
+      }
+    } else if (iv.isTensor()) {
+      ret.kind = NodeReturn::Kind::kTensor;  // undefined tensor result
+      node.returns.push_back(ret);
+      continue;
+    } else if (iv.isTensorList()) {
+      ret.kind = NodeReturn::Kind::kTensorList;
+      c10::List<at::Tensor> wrapped;
+      for (const at::Tensor& real : iv.toTensorVector()) {
+        ValueId id = new_tensor_value(real);
+        ret.values.push_back(id);
+        wrapped.push_back(Wrap(real, st, id));
+      }
+      iv = wrapped;
+    } else if (iv.isNone()) {
+      ret.kind = NodeReturn::Kind::kTensor;
+    } else {
+      // A non-tensor result computed from tensor data: the trace continues only under a value
+      // guard on exactly this result (checked by the artifact on every run).
+      ret.kind = NodeReturn::Kind::kScalar;
+      node.kind = NodeKind::kDataDependent;
+      Value v;
+      v.kind = ValueKind::kNode;
+      v.is_tensor = false;
+      v.node = node.index;
+      v.output_index = output_index++;
+      v.traced_scalar = iv;
+      ret.values.push_back(g.AddValue(std::move(v)));
+      if (st->side_effect_seen && st->untraceable.empty()) {
+        st->untraceable = absl::StrCat(
+            "data-dependent ", name, " at %", node.index,
+            " follows a mutation or random op, so a value-guard failure could not be undone");
+      }
+    }
+    node.returns.push_back(std::move(ret));
+  }
+  if (info != nullptr && info->data_dependent_shape) node.kind = NodeKind::kDataDependent;
+  if (info != nullptr && node.kind == NodeKind::kRule) CheckRule(*st, *info, node);
+  if (node.mutates || node.random) st->side_effect_seen = true;
+  g.nodes.push_back(std::move(node));
+}
+
+TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&Fallback>());
+}
+
+// Makes `state` current for this thread and ends the trace on scope exit (also on exceptions).
+class ScopedTrace {
+ public:
+  explicit ScopedTrace(TraceState* state) : state_(state), previous_(current_state) {
+    current_state = state;
+  }
+  ~ScopedTrace() {
+    state_->finished = true;
+    current_state = previous_;
+  }
+
+ private:
+  TraceState* state_;
+  TraceState* previous_;
+};
+
+}  // namespace
+
+bool IsTracing() { return current_state != nullptr; }
+
+TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
+                  const std::vector<std::string>& arg_names) {
+  auto state = std::make_unique<TraceState>();
+  Graph& g = *state->graph;
+  g.arg_names = arg_names;
+  std::vector<c10::IValue> traced_args;
+  traced_args.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& a = args[i];
+    ValueId vid = kNoValue;
+    if (a.isTensor() && a.toTensor().defined()) {
+      g.arg_kinds.push_back(ArgKind::kTensor);
+      Value v;
+      v.kind = ValueKind::kInput;
+      v.arg_index = static_cast<int>(i);
+      v.meta = TensorMeta::Of(a.toTensor());
+      vid = g.AddValue(std::move(v));
+      traced_args.push_back(Wrap(a.toTensor(), state.get(), vid));
+    } else {
+      if (a.isTensor()) {
+        g.arg_kinds.push_back(ArgKind::kUndefinedTensor);
+      } else if (a.isInt()) {
+        g.arg_kinds.push_back(ArgKind::kInt);
+      } else if (a.isDouble()) {
+        g.arg_kinds.push_back(ArgKind::kDouble);
+      } else if (a.isBool()) {
+        g.arg_kinds.push_back(ArgKind::kBool);
+      } else {
+        throw Error(absl::StrCat("warden: argument '", arg_names[i], "' has unsupported type ",
+                                 a.tagKind(), "; expected Tensor, int, double or bool"));
+      }
+      traced_args.push_back(a);
+    }
+    g.arg_values.push_back(vid);
+  }
+
+  std::vector<at::Tensor> outs;
+  {
+    ScopedTrace scope(state.get());
+    c10::impl::IncludeDispatchKeyGuard include(kTraceKey);
+    outs = fn(traced_args);
+  }
+
+  TraceResult result;
+  for (const at::Tensor& t : outs) {
+    if (!t.defined()) {
+      g.outputs.push_back(kNoValue);
+      result.outputs.push_back(t);
+      continue;
+    }
+    at::Tensor real;
+    g.outputs.push_back(TensorValue(*state, t, &real));
+    result.outputs.push_back(real);
+  }
+  for (auto& [key, read] : state->reads) result.reads.push_back(read);
+  result.untraceable = state->untraceable;
+  result.rule_mismatches = state->rule_mismatches;
+  result.graph = state->graph;
+  return result;
+}
+
+}  // namespace warden::tracer

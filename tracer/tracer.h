@@ -1,0 +1,49 @@
+// Capture of unmodified LibTorch code at the dispatcher. Trace() runs the user's function once,
+// eagerly, on wrapper tensors that carry the DeferredInit functionality key; one boxed fallback on
+// that key records every ATen op into a Graph and runs it on the real tensors. See Note [Capture].
+// This file knows nothing about guards, caches or backends.
+#ifndef WARDEN_TRACER_TRACER_H_
+#define WARDEN_TRACER_TRACER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tracer/graph.h"
+
+namespace warden::tracer {
+
+// A read of tensor metadata made by code other than Warden's: user code, or a composite kernel
+// that the tracer decomposed. Each one means the graph was specialized on that property.
+struct MetadataRead {
+  enum class What : uint8_t { kSizes, kStrides };  // dim() and numel() count as sizes
+  ValueId value = kNoValue;
+  What what = What::kSizes;
+  std::string by;  // "user code" or "aten::matmul (composite)"
+};
+
+struct TraceResult {
+  std::shared_ptr<Graph> graph;
+  std::vector<at::Tensor> outputs;    // the eager results of this call (real tensors)
+  std::vector<MetadataRead> reads;    // deduplicated per (value, what)
+  // Non-empty: replaying the graph would not be sound (for example a data-dependent read after
+  // a side effect); the reason says why and the function should run eagerly.
+  std::string untraceable;
+  // Ops whose registered shape rule disagreed with ATen (recorded as opaque instead).
+  std::vector<std::string> rule_mismatches;
+};
+
+using TracedFn = std::function<std::vector<at::Tensor>(const std::vector<c10::IValue>&)>;
+
+// Runs `fn(args)` once under the tracer. Exceptions thrown by `fn` (or by ATen inside it) propagate
+// unchanged. Arguments must be tensors (possibly undefined), ints, doubles or bools.
+TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
+                  const std::vector<std::string>& arg_names);
+
+// True while the calling thread is inside Trace() (nested compiled functions run eagerly).
+bool IsTracing();
+
+}  // namespace warden::tracer
+
+#endif  // WARDEN_TRACER_TRACER_H_
