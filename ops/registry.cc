@@ -126,4 +126,65 @@ ShapeRule BroadcastAll() {
   };
 }
 
+ShapeRule InPlaceBroadcast() {
+  return [](const ShapeContext& ctx) -> absl::StatusOr<std::vector<Shape>> {
+    const Shape& self = ctx.shape(0);
+    for (size_t i = 1; i < ctx.num_args(); ++i) {
+      if (!ctx.is_tensor(i)) continue;
+      absl::Status st = RequireExpandable(ctx, ctx.shape(i), self, "in-place broadcast");
+      if (!st.ok()) return st;
+    }
+    return std::vector<Shape>{self};
+  };
+}
+
+absl::Status RequireExpandable(const ShapeContext& ctx, const Shape& from, const Shape& to,
+                               absl::string_view why) {
+  if (from.size() > to.size()) {
+    return ShapeError(ctx, why, ": shape of rank ", from.size(), " cannot expand to rank ",
+                      to.size());
+  }
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i) {
+    // A size-1 dim stretches to anything; any other size must already match.
+    if (SizeEquals(ctx, from[i], 1, why)) continue;
+    absl::Status st = ctx.RequireEqual(from[i], to[lead + i], why);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireSameShape(const ShapeContext& ctx, const Shape& a, const Shape& b,
+                              absl::string_view why) {
+  if (a.size() != b.size()) {
+    return ShapeError(ctx, why, " requires equal ranks, got ", a.size(), " and ", b.size());
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    absl::Status st = ctx.RequireEqual(a[i], b[i], why);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+Dim Numel(const Shape& shape) {
+  Dim n = 1;
+  for (const Dim& d : shape) n = n * d;
+  return n;
+}
+
+bool SizeEquals(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) { return a == b; }
+
+bool SizeLess(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) { return a < b; }
+
+int64_t SpecializeSize(const ShapeContext& ctx, Dim d, absl::string_view why) { return d; }
+
+double ScalarArg(const ShapeContext& ctx, size_t i) {
+  if (i >= ctx.num_args()) return 0;
+  const c10::IValue& v = ctx.arg(i).constant;
+  if (v.isDouble()) return v.toDouble();
+  if (v.isInt()) return static_cast<double>(v.toInt());
+  if (v.isBool()) return v.toBool() ? 1 : 0;
+  return 0;
+}
+
 }  // namespace warden::ops

@@ -12,6 +12,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace warden::ops {
@@ -66,6 +67,10 @@ struct OpInfo {
   bool data_dependent_shape = false;  // nonzero, masked_select: output size depends on values
 };
 
+// What the shape rule of a data_dependent_shape op returns for a size that depends on values
+// (nonzero's row count): the tracer takes the real size from the eager run and guards on it.
+inline constexpr Dim kDataDependentSize = -1;
+
 class Registry {
  public:
   static Registry& Global();
@@ -102,6 +107,42 @@ absl::StatusOr<Shape> Broadcast(const ShapeContext& ctx, const Shape& a, const S
 ShapeRule SameAs(size_t i);
 // The rule "output is the broadcast of every tensor argument".
 ShapeRule BroadcastAll();
+// The rule of an in-place pointwise op: the output is argument 0, and every other tensor argument
+// must broadcast into it without growing it (ATen rejects `a.add_(b)` when a's shape would change).
+ShapeRule InPlaceBroadcast();
+
+// An error for a call the op rejects; like RequireEqual's, the message starts with the op name.
+template <typename... Parts>
+absl::Status ShapeError(const ShapeContext& ctx, const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(ctx.op(), ": ", parts...));
+}
+
+// Requires `from` to expand to exactly `to` (size-1 and missing leading dims stretch, nothing
+// else changes): in-place broadcasting, addmm's self, linear's bias, copy_'s source.
+absl::Status RequireExpandable(const ShapeContext& ctx, const Shape& from, const Shape& to,
+                               absl::string_view why);
+// Requires two shapes to be identical (same rank, every size equal).
+absl::Status RequireSameShape(const ShapeContext& ctx, const Shape& a, const Shape& b,
+                              absl::string_view why);
+
+// Number of elements (the empty shape has one).
+Dim Numel(const Shape& shape);
+
+// Note [Size predicates]
+// Some rules must branch on a size, not just relate two sizes: squeeze drops size-1 dims, slice
+// clamps its bounds to the size, cat skips legacy empty tensors, unbind returns size(dim) tensors.
+// They ask through these functions instead of comparing Dims themselves. With concrete Dims they
+// just compare; the symbolic layer must record each answer as a guard (like Dynamo's guards on
+// `s0 < 8`), with `why` as provenance, so that every branch a rule took stays valid on a cache hit.
+// Comparisons with 0 and 1 are free there: those sizes are always specialized (API.md).
+bool SizeEquals(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why);
+bool SizeLess(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why);
+// The exact value of a size that decides the structure of the result (how many tensors unbind or
+// split return); symbolically this is an equality guard.
+int64_t SpecializeSize(const ShapeContext& ctx, Dim d, absl::string_view why);
+
+// A constant Scalar argument (int, double or bool) as a double; 0 for anything else.
+double ScalarArg(const ShapeContext& ctx, size_t i);
 
 }  // namespace warden::ops
 

@@ -449,15 +449,17 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v.output_index = output_index++;
       v.traced_scalar = iv;
       ret.values.push_back(g.AddValue(std::move(v)));
-      if (st->side_effect_seen && st->untraceable.empty()) {
-        st->untraceable = absl::StrCat(
-            "data-dependent ", name, " at %", node.index,
-            " follows a mutation or random op, so a value-guard failure could not be undone");
-      }
     }
     node.returns.push_back(std::move(ret));
   }
   if (info != nullptr && info->data_dependent_shape) node.kind = NodeKind::kDataDependent;
+  if (node.kind == NodeKind::kDataDependent && st->side_effect_seen && st->untraceable.empty()) {
+    // The artifact checks this node's result on every run and gives up when it differs; that is
+    // only sound while nothing observable has happened yet.
+    st->untraceable = absl::StrCat(
+        "data-dependent ", name, " at %", node.index,
+        " follows a mutation or random op, so a value-guard failure could not be undone");
+  }
   if (info != nullptr && node.kind == NodeKind::kRule) CheckRule(*st, *info, node);
   if (node.mutates || node.random) st->side_effect_seen = true;
   g.nodes.push_back(std::move(node));
@@ -523,23 +525,24 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
     g.arg_values.push_back(vid);
   }
 
-  std::vector<at::Tensor> outs;
+  TraceResult result;
   {
     ScopedTrace scope(state.get());
-    c10::impl::IncludeDispatchKeyGuard include(kTraceKey);
-    outs = fn(traced_args);
-  }
-
-  TraceResult result;
-  for (const at::Tensor& t : outs) {
-    if (!t.defined()) {
-      g.outputs.push_back(kNoValue);
-      result.outputs.push_back(t);
-      continue;
+    std::vector<at::Tensor> outs;
+    {
+      c10::impl::IncludeDispatchKeyGuard include(kTraceKey);
+      outs = fn(traced_args);
     }
-    at::Tensor real;
-    g.outputs.push_back(TensorValue(*state, t, &real));
-    result.outputs.push_back(real);
+    for (const at::Tensor& t : outs) {
+      if (!t.defined()) {
+        g.outputs.push_back(kNoValue);
+        result.outputs.push_back(t);
+        continue;
+      }
+      at::Tensor real;
+      g.outputs.push_back(TensorValue(*state, t, &real));
+      result.outputs.push_back(real);
+    }
   }
   for (auto& [key, read] : state->reads) result.reads.push_back(read);
   result.untraceable = state->untraceable;

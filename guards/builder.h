@@ -1,0 +1,31 @@
+// Derives the guard set of a cache entry from a trace: exactly the properties the recorded graph
+// depends on, each with its provenance, deduplicated. This is the static builder (Dynamic::kStatic
+// semantics: every size the graph uses is specialized).
+#ifndef WARDEN_GUARDS_BUILDER_H_
+#define WARDEN_GUARDS_BUILDER_H_
+
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "guards/guard.h"
+#include "tracer/graph.h"
+#include "tracer/tracer.h"
+
+namespace warden::guards {
+
+struct BuildInput {
+  const tracer::Graph* graph = nullptr;
+  const std::vector<tracer::MetadataRead>* reads = nullptr;
+  const std::vector<c10::IValue>* args = nullptr;  // the traced call's arguments
+};
+
+std::vector<Guard> BuildGuards(const BuildInput& in);
+
+// Removes exact duplicates (same kind, argument, dim and expected value), keeping the first
+// provenance; the result is in evaluation order.
+std::vector<Guard> Dedupe(std::vector<Guard> guards);
+
+}  // namespace warden::guards
+
+#endif  // WARDEN_GUARDS_BUILDER_H_

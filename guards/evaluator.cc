@@ -1,0 +1,133 @@
+#include "guards/evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+namespace warden::guards {
+
+GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards)) {
+  std::stable_sort(guards_.begin(), guards_.end(), [](const Guard& a, const Guard& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.arg != b.arg) return a.arg < b.arg;
+    return a.dim < b.dim;
+  });
+  code_.reserve(guards_.size());
+  for (const Guard& g : guards_) {
+    Instr in{g.kind, g.arg, g.kind == GuardKind::kAliasing ? g.other_arg : g.dim, g.expected};
+    if (g.kind == GuardKind::kDoubleValue) std::memcpy(&in.expected, &g.expected_double, 8);
+    code_.push_back(in);
+  }
+}
+
+bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcept {
+  // Every instruction after kArgCount may index args; kArgType of an argument precedes its tensor
+  // and scalar checks, so the unchecked accessors below see the type they expect.
+  for (const Instr& in : code_) {
+    switch (in.kind) {
+      case GuardKind::kGradMode:
+        if (c10::GradMode::is_enabled() != static_cast<bool>(in.expected)) return false;
+        break;
+      case GuardKind::kInferenceMode:
+        if (c10::InferenceMode::is_enabled() != static_cast<bool>(in.expected)) return false;
+        break;
+      case GuardKind::kDefaultDtype:
+        if (static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) != in.expected)
+          return false;
+        break;
+      case GuardKind::kArgCount:
+        if (static_cast<int64_t>(num_args) != in.expected) return false;
+        break;
+      case GuardKind::kArgType: {
+        const c10::IValue& v = args[in.arg];
+        ArgType t;
+        if (v.isTensor()) {
+          t = v.unsafeToTensorImpl() == c10::UndefinedTensorImpl::singleton()
+                  ? ArgType::kUndefinedTensor
+                  : ArgType::kTensor;
+        } else if (v.isInt()) {
+          t = ArgType::kInt;
+        } else if (v.isDouble()) {
+          t = ArgType::kDouble;
+        } else if (v.isBool()) {
+          t = ArgType::kBool;
+        } else {
+          t = ArgType::kOther;
+        }
+        if (static_cast<int64_t>(t) != in.expected) return false;
+        break;
+      }
+      case GuardKind::kDtype:
+        if (static_cast<int64_t>(c10::typeMetaToScalarType(args[in.arg].unsafeToTensorImpl()->dtype())) !=
+            in.expected)
+          return false;
+        break;
+      case GuardKind::kDevice: {
+        const c10::Device d = args[in.arg].unsafeToTensorImpl()->device();
+        const int64_t code = (static_cast<int64_t>(d.type()) << 16) |
+                             (static_cast<int64_t>(d.index()) & 0xffff);
+        if (code != in.expected) return false;
+        break;
+      }
+      case GuardKind::kLayout:
+        if (static_cast<int64_t>(args[in.arg].unsafeToTensorImpl()->layout()) != in.expected)
+          return false;
+        break;
+      case GuardKind::kRequiresGrad:
+        if (args[in.arg].unsafeToTensorImpl()->requires_grad() != static_cast<bool>(in.expected))
+          return false;
+        break;
+      case GuardKind::kRank:
+        if (args[in.arg].unsafeToTensorImpl()->dim() != in.expected) return false;
+        break;
+      case GuardKind::kSize:
+        if (args[in.arg].unsafeToTensorImpl()->sizes()[in.aux] != in.expected) return false;
+        break;
+      case GuardKind::kStride:
+        if (args[in.arg].unsafeToTensorImpl()->strides()[in.aux] != in.expected) return false;
+        break;
+      case GuardKind::kIntValue:
+        if (args[in.arg].toInt() != in.expected) return false;
+        break;
+      case GuardKind::kDoubleValue: {
+        const double d = args[in.arg].toDouble();
+        int64_t bits;
+        std::memcpy(&bits, &d, 8);
+        if (bits != in.expected) {
+          double e;
+          std::memcpy(&e, &in.expected, 8);
+          if (!(std::isnan(d) && std::isnan(e))) return false;
+        }
+        break;
+      }
+      case GuardKind::kBoolValue:
+        if (args[in.arg].toBool() != static_cast<bool>(in.expected)) return false;
+        break;
+      case GuardKind::kAliasing: {
+        const c10::TensorImpl* a = args[in.arg].unsafeToTensorImpl();
+        const c10::TensorImpl* b = args[in.aux].unsafeToTensorImpl();
+        const bool shared = a->has_storage() && b->has_storage() &&
+                            a->storage().is_alias_of(b->storage());
+        if (shared != static_cast<bool>(in.expected)) return false;
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+std::string GuardProgram::FirstFailure(const std::vector<c10::IValue>& args,
+                                       const std::vector<std::string>& names) const {
+  for (const Guard& g : guards_) {
+    std::string reason = FailureReason(g, args, names);
+    if (!reason.empty()) return reason;
+  }
+  return "";
+}
+
+}  // namespace warden::guards

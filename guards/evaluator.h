@@ -1,0 +1,50 @@
+// The compiled guard program of one cache entry: a flat array of instructions evaluated against the
+// argument list. Check() is the hot path and only says yes or no; FirstFailure() is the separate,
+// slow path that explains a miss with the reason texts of guards/guard.h.
+#ifndef WARDEN_GUARDS_EVALUATOR_H_
+#define WARDEN_GUARDS_EVALUATOR_H_
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "guards/guard.h"
+
+namespace warden::guards {
+
+class GuardProgram {
+ public:
+  GuardProgram() = default;
+  // Orders guards cheapest first (the kind table's order, then by argument and dim) and flattens
+  // them into instructions.
+  explicit GuardProgram(std::vector<Guard> guards);
+
+  // Hot path. Budget: about 1 ns per instruction; must not allocate, lock, throw or make a
+  // virtual call for ordinary (non-subclassed) tensors.
+  bool Check(const c10::IValue* args, size_t num_args) const noexcept;
+  bool Check(const std::vector<c10::IValue>& args) const noexcept {
+    return Check(args.data(), args.size());
+  }
+
+  // Slow path: the reason text of the first failing guard, "" if all hold.
+  std::string FirstFailure(const std::vector<c10::IValue>& args,
+                           const std::vector<std::string>& names) const;
+
+  const std::vector<Guard>& guards() const { return guards_; }
+  size_t size() const { return code_.size(); }
+
+ private:
+  struct Instr {
+    GuardKind kind;
+    int32_t arg;
+    int32_t aux;       // dim for kSize/kStride, other argument for kAliasing
+    int64_t expected;  // kDoubleValue: the bit pattern of the double
+  };
+  std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
+  std::vector<Instr> code_;
+};
+
+}  // namespace warden::guards
+
+#endif  // WARDEN_GUARDS_EVALUATOR_H_

@@ -1,0 +1,244 @@
+// Guard texts and the reference (slow) semantics every compiled guard program must agree with.
+#include "guards/guard.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/DefaultDtype.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace warden::guards {
+
+const char* GuardKindName(GuardKind kind) {
+  switch (kind) {
+#define WARDEN_X(name, text) \
+  case GuardKind::name:      \
+    return text;
+    WARDEN_GUARD_KINDS(WARDEN_X)
+#undef WARDEN_X
+  }
+  return "?";
+}
+
+const char* ArgTypeName(ArgType t) {
+  switch (t) {
+    case ArgType::kTensor: return "Tensor";
+    case ArgType::kUndefinedTensor: return "UndefinedTensor";
+    case ArgType::kInt: return "Int";
+    case ArgType::kDouble: return "Double";
+    case ArgType::kBool: return "Bool";
+    case ArgType::kOther: return "Other";
+  }
+  return "?";
+}
+
+ArgType ArgTypeOf(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() ? ArgType::kTensor : ArgType::kUndefinedTensor;
+  if (v.isInt()) return ArgType::kInt;
+  if (v.isDouble()) return ArgType::kDouble;
+  if (v.isBool()) return ArgType::kBool;
+  return ArgType::kOther;
+}
+
+bool SameDouble(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  int64_t ia, ib;
+  std::memcpy(&ia, &a, sizeof a);
+  std::memcpy(&ib, &b, sizeof b);
+  return ia == ib || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+namespace {
+
+int64_t DeviceCode(c10::Device d) {
+  return (static_cast<int64_t>(d.type()) << 16) | (static_cast<int64_t>(d.index()) & 0xffff);
+}
+
+std::string DeviceText(int64_t code) {
+  c10::Device d(static_cast<c10::DeviceType>(code >> 16),
+                static_cast<c10::DeviceIndex>(static_cast<int16_t>(code & 0xffff)));
+  return d.str();
+}
+
+std::string DtypeText(int64_t code) { return c10::toString(static_cast<at::ScalarType>(code)); }
+
+std::string LayoutText(int64_t code) {
+  switch (static_cast<c10::Layout>(code)) {
+    case c10::kStrided: return "Strided";
+    case c10::kSparse: return "Sparse";
+    case c10::kSparseCsr: return "SparseCsr";
+    case c10::kMkldnn: return "Mkldnn";
+    default: return absl::StrCat("Layout(", code, ")");
+  }
+}
+
+std::string BoolText(int64_t b) { return b ? "true" : "false"; }
+
+std::string DoubleText(double d) {
+  if (std::isnan(d)) return "nan";
+  if (d == 0.0 && std::signbit(d)) return "-0.0";
+  return absl::StrCat(d);
+}
+
+const at::Tensor* TensorArg(const Guard& g, const std::vector<c10::IValue>& args) {
+  if (g.arg < 0 || g.arg >= static_cast<int>(args.size())) return nullptr;
+  const c10::IValue& v = args[g.arg];
+  if (!v.isTensor() || !v.toTensor().defined()) return nullptr;
+  return &v.toTensor();
+}
+
+}  // namespace
+
+int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
+  switch (g.kind) {
+    case GuardKind::kGradMode: return c10::GradMode::is_enabled();
+    case GuardKind::kInferenceMode: return c10::InferenceMode::is_enabled();
+    case GuardKind::kDefaultDtype: return static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype()));
+    case GuardKind::kArgCount: return static_cast<int64_t>(args.size());
+    case GuardKind::kArgType:
+      return g.arg < static_cast<int>(args.size()) ? static_cast<int64_t>(ArgTypeOf(args[g.arg]))
+                                                   : static_cast<int64_t>(ArgType::kOther);
+    default: break;
+  }
+  if (g.kind == GuardKind::kIntValue || g.kind == GuardKind::kDoubleValue ||
+      g.kind == GuardKind::kBoolValue) {
+    const c10::IValue& v = args.at(g.arg);
+    if (v.isInt()) return v.toInt();
+    if (v.isBool()) return v.toBool();
+    if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof d);
+      return bits;
+    }
+    return 0;
+  }
+  const at::Tensor* t = TensorArg(g, args);
+  if (t == nullptr) return -1;
+  switch (g.kind) {
+    case GuardKind::kDtype: return static_cast<int64_t>(t->scalar_type());
+    case GuardKind::kDevice: return DeviceCode(t->device());
+    case GuardKind::kLayout: return static_cast<int64_t>(t->layout());
+    case GuardKind::kRequiresGrad: return t->requires_grad();
+    case GuardKind::kRank: return t->dim();
+    case GuardKind::kSize: return g.dim < t->dim() ? t->sizes()[g.dim] : -1;
+    case GuardKind::kStride: return g.dim < t->dim() ? t->strides()[g.dim] : -1;
+    case GuardKind::kAliasing: {
+      const c10::IValue& o = args.at(g.other_arg);
+      if (!o.isTensor() || !o.toTensor().defined()) return 0;
+      const at::Tensor& u = o.toTensor();
+      return t->has_storage() && u.has_storage() && t->is_alias_of(u);
+    }
+    default: return 0;
+  }
+}
+
+bool Holds(const Guard& g, const std::vector<c10::IValue>& args) {
+  if (g.kind == GuardKind::kDoubleValue) {
+    const c10::IValue& v = args.at(g.arg);
+    return v.isDouble() && SameDouble(v.toDouble(), g.expected_double);
+  }
+  return Actual(g, args) == g.expected;
+}
+
+std::string Describe(const Guard& g, const std::vector<std::string>& names) {
+  auto name = [&](int i) {
+    return i >= 0 && i < static_cast<int>(names.size()) ? names[i] : absl::StrCat("arg", i);
+  };
+  switch (g.kind) {
+    case GuardKind::kGradMode: return absl::StrCat("grad_mode == ", BoolText(g.expected));
+    case GuardKind::kInferenceMode: return absl::StrCat("inference_mode == ", BoolText(g.expected));
+    case GuardKind::kDefaultDtype: return absl::StrCat("default_dtype == ", DtypeText(g.expected));
+    case GuardKind::kArgCount: return absl::StrCat("len(args) == ", g.expected);
+    case GuardKind::kArgType:
+      return absl::StrCat("type(", name(g.arg), ") == ", ArgTypeName(static_cast<ArgType>(g.expected)));
+    case GuardKind::kDtype: return absl::StrCat(name(g.arg), ".dtype == ", DtypeText(g.expected));
+    case GuardKind::kDevice: return absl::StrCat(name(g.arg), ".device == ", DeviceText(g.expected));
+    case GuardKind::kLayout: return absl::StrCat(name(g.arg), ".layout == ", LayoutText(g.expected));
+    case GuardKind::kRequiresGrad:
+      return absl::StrCat(name(g.arg), ".requires_grad == ", BoolText(g.expected));
+    case GuardKind::kRank: return absl::StrCat(name(g.arg), ".dim() == ", g.expected);
+    case GuardKind::kSize: return absl::StrCat(name(g.arg), ".size(", g.dim, ") == ", g.expected);
+    case GuardKind::kStride: return absl::StrCat(name(g.arg), ".stride(", g.dim, ") == ", g.expected);
+    case GuardKind::kIntValue: return absl::StrCat(name(g.arg), " == ", g.expected);
+    case GuardKind::kDoubleValue: return absl::StrCat(name(g.arg), " == ", DoubleText(g.expected_double));
+    case GuardKind::kBoolValue: return absl::StrCat(name(g.arg), " == ", BoolText(g.expected));
+    case GuardKind::kAliasing:
+      return absl::StrCat(g.expected ? "shares_storage(" : "!shares_storage(", name(g.arg), ", ",
+                          name(g.other_arg), ")");
+  }
+  return "?";
+}
+
+std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
+                          const std::vector<std::string>& names) {
+  if (Holds(g, args)) return "";
+  auto name = [&](int i) {
+    return i >= 0 && i < static_cast<int>(names.size()) ? names[i] : absl::StrCat("arg", i);
+  };
+  const int64_t actual = Actual(g, args);
+  const std::string tensor = absl::StrCat("tensor '", name(g.arg), "' ");
+  switch (g.kind) {
+    case GuardKind::kGradMode:
+      return absl::StrCat("grad mode mismatch. expected ", g.expected ? "enabled" : "disabled",
+                          ", actual ", actual ? "enabled" : "disabled");
+    case GuardKind::kInferenceMode:
+      return absl::StrCat("inference mode mismatch. expected ", g.expected ? "enabled" : "disabled",
+                          ", actual ", actual ? "enabled" : "disabled");
+    case GuardKind::kDefaultDtype:
+      return absl::StrCat("default dtype mismatch. expected ", DtypeText(g.expected), ", actual ",
+                          DtypeText(actual));
+    case GuardKind::kArgCount:
+      return absl::StrCat("argument count mismatch. expected ", g.expected, ", actual ", actual);
+    case GuardKind::kArgType: {
+      ArgType found = g.arg < static_cast<int>(args.size()) ? ArgTypeOf(args[g.arg]) : ArgType::kOther;
+      std::string found_name = ArgTypeName(found);
+      if (found == ArgType::kOther && g.arg < static_cast<int>(args.size())) {
+        found_name = args[g.arg].tagKind();
+      }
+      return absl::StrCat("expected type of '", name(g.arg), "' to be ",
+                          ArgTypeName(static_cast<ArgType>(g.expected)), ", but found ", found_name);
+    }
+    case GuardKind::kDtype:
+      return absl::StrCat(tensor, "dtype mismatch. expected ", DtypeText(g.expected), ", actual ",
+                          DtypeText(actual));
+    case GuardKind::kDevice:
+      return absl::StrCat(tensor, "device mismatch. expected ", DeviceText(g.expected), ", actual ",
+                          DeviceText(actual));
+    case GuardKind::kLayout:
+      return absl::StrCat(tensor, "layout mismatch. expected ", LayoutText(g.expected), ", actual ",
+                          LayoutText(actual));
+    case GuardKind::kRequiresGrad:
+      return absl::StrCat(tensor, "requires_grad mismatch. expected ", BoolText(g.expected),
+                          ", actual ", BoolText(actual));
+    case GuardKind::kRank:
+      return absl::StrCat(tensor, "rank mismatch. expected ", g.expected, ", actual ", actual);
+    case GuardKind::kSize:
+      return absl::StrCat(tensor, "size mismatch at index ", g.dim, ". expected ", g.expected,
+                          ", actual ", actual);
+    case GuardKind::kStride:
+      return absl::StrCat(tensor, "stride mismatch at index ", g.dim, ". expected ", g.expected,
+                          ", actual ", actual);
+    case GuardKind::kIntValue:
+      return absl::StrCat("scalar '", name(g.arg), "' value mismatch. expected ", g.expected,
+                          ", actual ", actual);
+    case GuardKind::kDoubleValue:
+      return absl::StrCat("scalar '", name(g.arg), "' value mismatch. expected ",
+                          DoubleText(g.expected_double), ", actual ",
+                          DoubleText(args.at(g.arg).toDouble()));
+    case GuardKind::kBoolValue:
+      return absl::StrCat("scalar '", name(g.arg), "' value mismatch. expected ",
+                          BoolText(g.expected), ", actual ", BoolText(actual));
+    case GuardKind::kAliasing:
+      return absl::StrCat(tensor, "aliasing mismatch with '", name(g.other_arg), "'. expected ",
+                          g.expected ? "shared" : "distinct", " storage, actual ",
+                          actual ? "shared" : "distinct", " storage");
+  }
+  return "?";
+}
+
+}  // namespace warden::guards

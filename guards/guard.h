@@ -1,0 +1,76 @@
+// Guard kinds and their texts. A Guard is one property of the call's arguments (or of global
+// state) that a cache entry depends on, with the provenance that says who needed it. The compiled
+// form used on the hot path lives in guards/evaluator.h; derivation from a trace in builder.h.
+#ifndef WARDEN_GUARDS_GUARD_H_
+#define WARDEN_GUARDS_GUARD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+namespace warden::guards {
+
+// One table lists the kinds, cheapest first: the evaluator runs guards in this order, and every
+// tensor guard of an argument comes after that argument's type guard.
+#define WARDEN_GUARD_KINDS(X)                                              \
+  X(kGradMode, "grad_mode")                                                \
+  X(kInferenceMode, "inference_mode")                                      \
+  X(kDefaultDtype, "default_dtype")                                        \
+  X(kArgCount, "arg_count")                                                \
+  X(kArgType, "type")                                                      \
+  X(kDtype, "dtype")                                                       \
+  X(kDevice, "device")                                                     \
+  X(kLayout, "layout")                                                     \
+  X(kRequiresGrad, "requires_grad")                                        \
+  X(kRank, "rank")                                                         \
+  X(kSize, "size")                                                         \
+  X(kStride, "stride")                                                     \
+  X(kIntValue, "int_value")                                                \
+  X(kDoubleValue, "double_value")                                          \
+  X(kBoolValue, "bool_value")                                              \
+  X(kAliasing, "aliasing")
+
+enum class GuardKind : uint8_t {
+#define WARDEN_X(name, text) name,
+  WARDEN_GUARD_KINDS(WARDEN_X)
+#undef WARDEN_X
+};
+const char* GuardKindName(GuardKind kind);
+
+// What an argument is, as the kArgType guard sees it.
+enum class ArgType : uint8_t { kTensor, kUndefinedTensor, kInt, kDouble, kBool, kOther };
+const char* ArgTypeName(ArgType t);
+ArgType ArgTypeOf(const c10::IValue& v);
+
+struct Guard {
+  GuardKind kind;
+  int arg = -1;        // argument index (-1 for global state)
+  int dim = -1;        // kSize / kStride
+  int other_arg = -1;  // kAliasing
+  int64_t expected = 0;       // ints, sizes, strides, enums (dtype, device type, layout), bools
+  double expected_double = 0; // kDoubleValue
+  std::string provenance;     // who needed it: "used by aten::add.Tensor at %0", "read by user code"
+};
+
+// Reads the property a guard checks from the current call, as an integer (doubles bit-cast);
+// used by the verbose path and by tests.
+int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args);
+
+// "arg0.size(0) == 3", for guards(entry), explain() and WARDEN_LOGS=guards.
+std::string Describe(const Guard& g, const std::vector<std::string>& names);
+
+// The reason text of ../shared/API.md for a guard that fails on `args`, or "" if it holds.
+std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
+                          const std::vector<std::string>& names);
+
+// True if `g` holds for `args` (reference semantics for the evaluator; slow, allocation-free).
+bool Holds(const Guard& g, const std::vector<c10::IValue>& args);
+
+// Scalar value equality as guards define it: NaN equals NaN, -0.0 differs from 0.0.
+bool SameDouble(double a, double b);
+
+}  // namespace warden::guards
+
+#endif  // WARDEN_GUARDS_GUARD_H_

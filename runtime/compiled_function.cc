@@ -1,0 +1,319 @@
+// compile() and the call path of a CompiledFunction: guard check against the current snapshot
+// (hit), otherwise trace + build guards + compile + publish (miss), with the recompile event.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "guards/builder.h"
+#include "runtime/function_impl.h"
+#include "tracer/tracer.h"
+
+namespace warden {
+namespace {
+
+std::atomic<int> next_function_id{0};
+
+void ValidateArgs(const std::vector<c10::IValue>& args, const CompiledFunction::Impl& f) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& a = args[i];
+    if (a.isTensor() || a.isInt() || a.isDouble() || a.isBool()) continue;
+    throw Error(absl::StrCat("warden: function '", f.options_.name, "': argument '", f.ArgName(i),
+                             "' has unsupported type ", a.tagKind(),
+                             "; arguments must be tensors, ints, doubles or bools"));
+  }
+}
+
+// The backend that will compile entries of this function, and why if it is not the one asked for.
+std::unique_ptr<Backend> ChooseBackend(const Options& options, std::string* note) {
+  if (options.backend == "cpp" && MakeBackend("cpp") == nullptr) {
+    *note = "backend 'cpp' is not available in this build; entries use 'aten' (replay)";
+    runtime::WarnOnce("cpp-fallback", absl::StrCat("warden: ", *note));
+    return MakeBackend("aten");
+  }
+  return MakeBackend(options.backend);
+}
+
+}  // namespace
+
+CompiledFunction::Impl::Impl(Fn fn, Options options, int id)
+    : fn_(std::move(fn)), options_(std::move(options)), id_(id), logs_(runtime::LogTopics::FromEnv()) {
+  Publish({});
+}
+
+CompiledFunction::Impl::~Impl() = default;
+
+std::string CompiledFunction::Impl::ArgName(size_t i) const {
+  if (i < options_.arg_names.size() && !options_.arg_names[i].empty()) return options_.arg_names[i];
+  return absl::StrCat("arg", i);
+}
+
+std::vector<std::string> CompiledFunction::Impl::ArgNames(size_t n) const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) names.push_back(ArgName(i));
+  return names;
+}
+
+std::vector<std::shared_ptr<const CacheEntry>> CompiledFunction::Impl::EntriesMru() const {
+  std::vector<std::shared_ptr<const CacheEntry>> entries = snapshot_.load()->entries;
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const int64_t ua = std::max(a->last_used.load(), a->created_at_call);
+    const int64_t ub = std::max(b->last_used.load(), b->created_at_call);
+    if (ua != ub) return ua > ub;
+    return a->index > b->index;
+  });
+  return entries;
+}
+
+void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntry>> entries) {
+  auto snap = std::make_unique<Snapshot>();
+  snap->entries = std::move(entries);
+  snapshot_.store(snap.get(), std::memory_order_release);
+  snapshots_.push_back(std::move(snap));
+}
+
+void CompiledFunction::Impl::RecordEvent(RecompileEvent event) {
+  if (events_.size() >= kMaxEvents) {
+    events_.erase(events_.begin());
+    ++dropped_events_;
+  }
+  events_.push_back(std::move(event));
+}
+
+std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IValue>& args) {
+  const int64_t call_index = calls_.fetch_add(1, std::memory_order_relaxed);
+  if (tracer::IsTracing()) {
+    // Called from inside another function's trace: run inline so the outer trace records the
+    // ops (a nested cache would hide them).
+    eager_calls_.fetch_add(1, std::memory_order_relaxed);
+    return fn_(args);
+  }
+  // Hot path. Budget: guard programs of the entries plus the artifact; no lock, no allocation
+  // before the artifact runs.
+  std::map<int, std::string> value_failures;
+  const Snapshot* snap = snapshot_.load(std::memory_order_acquire);
+  for (const auto& e : snap->entries) {
+    if (!e->program.Check(args.data(), args.size())) continue;
+    std::vector<at::Tensor> outputs;
+    std::string failure;
+    if (e->artifact->Run(args, &outputs, &failure)) {
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      e->hits.fetch_add(1, std::memory_order_relaxed);
+      e->last_used.store(call_index, std::memory_order_relaxed);
+      return outputs;
+    }
+    value_failures[e->index] = std::move(failure);
+  }
+  return Miss(args, call_index, value_failures);
+}
+
+std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IValue>& args,
+                                                     int64_t call_index,
+                                                     const std::map<int, std::string>& value_failures) {
+  ValidateArgs(args, *this);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Another thread may have compiled this signature while we waited for the lock.
+  const std::vector<std::string> names = ArgNames(args.size());
+  std::map<int, std::string> failures = value_failures;
+  for (const auto& e : snapshot_.load()->entries) {
+    if (failures.count(e->index) || !e->program.Check(args)) continue;
+    std::vector<at::Tensor> outputs;
+    std::string failure;
+    if (e->artifact->Run(args, &outputs, &failure)) {
+      hits_.fetch_add(1);
+      e->hits.fetch_add(1);
+      e->last_used.store(call_index);
+      return outputs;
+    }
+    failures[e->index] = failure;
+  }
+
+  if (!eager_reason_.empty()) {
+    lock.unlock();
+    eager_calls_.fetch_add(1);
+    return fn_(args);
+  }
+
+  const auto entries = EntriesMru();
+  RecompileEvent event;
+  event.call_index = call_index;
+  std::string log = absl::StrCat("Recompiling function ", options_.name,
+                                 "\n    triggered by the following guard failure(s):\n");
+  std::string last_reason;
+  for (const auto& e : entries) {
+    auto it = failures.find(e->index);
+    std::string reason = it != failures.end() ? it->second : e->program.FirstFailure(args, names);
+    if (reason.empty()) reason = "guards passed but the entry was not used";  // cannot happen
+    absl::StrAppend(&log, "    - ", id_, "/", e->index, ": ", reason, "\n");
+    if (last_reason.empty()) last_reason = absl::StrCat(id_, "/", e->index, ": ", reason);
+    event.reasons.push_back(std::move(reason));
+  }
+
+  const int limit = std::max(0, options_.cache_size_limit);
+  if (static_cast<int>(entries.size()) >= limit) {
+    const std::string message = absl::StrCat("warden hit cache_size_limit (", limit, ")\n   function: '",
+                                             options_.name, "'\n   last reason: ", last_reason);
+    event.action = absl::StrCat("cache_size_limit (", limit, ") hit: ",
+                                options_.fail_on_cache_limit ? "raised an error" : "ran eagerly");
+    RecordEvent(std::move(event));
+    if (!limit_warned_) {
+      limit_warned_ = true;
+      runtime::LogToStderr(message);
+    }
+    if (options_.fail_on_cache_limit) throw Error(message);
+    lock.unlock();
+    eager_calls_.fetch_add(1);
+    return fn_(args);
+  }
+
+  // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
+  // leave no entry behind.
+  tracer::TraceResult trace = tracer::Trace(fn_, args, names);
+  if (!trace.untraceable.empty()) {
+    eager_reason_ = trace.untraceable;
+    eager_calls_.fetch_add(1);
+    event.action = absl::StrCat("not traceable (", trace.untraceable, "): runs eagerly from now on");
+    if (logs_.recompiles || entries.empty()) {
+      runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+    }
+    RecordEvent(std::move(event));
+    return trace.outputs;
+  }
+
+  auto entry = std::make_shared<CacheEntry>();
+  entry->index = next_entry_index_++;
+  entry->created_at_call = call_index;
+  entry->last_used.store(call_index);
+  entry->graph = trace.graph;
+  entry->rule_mismatches = trace.rule_mismatches;
+  guards::BuildInput in{trace.graph.get(), &trace.reads, &args};
+  entry->program = guards::GuardProgram(guards::BuildGuards(in));
+
+  std::unique_ptr<Backend> backend = ChooseBackend(options_, &entry->backend_note);
+  if (backend == nullptr) {
+    throw Error(absl::StrCat("warden: function '", options_.name, "': unknown backend '",
+                             options_.backend, "' (registered: ", absl::StrJoin(BackendNames(), ", "),
+                             ")"));
+  }
+  auto artifact = backend->Compile(entry->graph);
+  if (!artifact.ok() && backend->name() != "aten") {
+    entry->backend_note = absl::StrCat("backend '", backend->name(), "' failed (",
+                                       artifact.status().message(), "); using 'aten'");
+    runtime::WarnOnce(absl::StrCat("backend-failed-", id_),
+                      absl::StrCat("warden: function '", options_.name, "': ", entry->backend_note));
+    backend = MakeBackend("aten");
+    artifact = backend->Compile(entry->graph);
+  }
+  if (!artifact.ok()) {
+    throw Error(absl::StrCat("warden: function '", options_.name,
+                             "': could not compile the traced graph: ", artifact.status().message()));
+  }
+  entry->backend = backend->name();
+  entry->artifact = *std::move(artifact);
+  compiles_.fetch_add(1);
+
+  if (logs_.graph) {
+    runtime::LogToStderr(absl::StrCat("warden: graph of ", options_.name, " entry ", id_, "/",
+                                      entry->index, ":\n", entry->graph->ToString()));
+  }
+  if (logs_.guards) {
+    runtime::LogToStderr(absl::StrCat("warden: guards of ", options_.name, " entry ", id_, "/",
+                                      entry->index, ":\n  ", absl::StrJoin(GuardLines(*entry, names), "\n  ")));
+  }
+  if (!entries.empty()) {
+    event.action = "recompiled";
+    if (logs_.recompiles) runtime::LogToStderr(log);
+    RecordEvent(std::move(event));
+  }
+
+  std::vector<std::shared_ptr<const CacheEntry>> next;
+  next.push_back(entry);
+  for (const auto& e : snapshot_.load()->entries) next.push_back(e);
+  Publish(std::move(next));
+  return trace.outputs;
+}
+
+std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::string>& names) {
+  std::vector<std::string> lines;
+  for (const guards::Guard& g : e.program.guards()) {
+    lines.push_back(absl::StrCat(guards::Describe(g, names), "  # ", g.provenance));
+  }
+  return lines;
+}
+
+// --- Public API --------------------------------------------------------------------------------
+
+CompiledFunction compile(Fn fn, Options options) {
+  if (!fn) throw Error("warden::compile: fn is empty");
+  if (options.cache_size_limit < 0) {
+    throw Error(absl::StrCat("warden::compile: options.cache_size_limit must be >= 0, got ",
+                             options.cache_size_limit));
+  }
+  if (options.backend != "cpp" && MakeBackend(options.backend) == nullptr) {
+    throw Error(absl::StrCat("warden::compile: unknown backend '", options.backend,
+                             "' (registered: ", absl::StrJoin(BackendNames(), ", "), ")"));
+  }
+  const int id = next_function_id.fetch_add(1);
+  return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
+}
+
+std::vector<at::Tensor> CompiledFunction::operator()(const std::vector<c10::IValue>& args) {
+  return impl_->Call(args);
+}
+
+CompiledFunction& CompiledFunction::mark_dynamic(int arg, int dim) {
+  if (arg < 0 || dim < 0) {
+    throw Error(absl::StrCat("warden: mark_dynamic(", arg, ", ", dim,
+                             "): arg and dim must be non-negative"));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  impl_->dim_hints_[{arg, dim}] = true;
+  return *this;
+}
+
+CompiledFunction& CompiledFunction::mark_static(int arg, int dim) {
+  if (arg < 0 || dim < 0) {
+    throw Error(absl::StrCat("warden: mark_static(", arg, ", ", dim,
+                             "): arg and dim must be non-negative"));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  impl_->dim_hints_[{arg, dim}] = false;
+  return *this;
+}
+
+Stats CompiledFunction::stats() const {
+  Stats s;
+  s.calls = impl_->calls_.load();
+  s.cache_hits = impl_->hits_.load();
+  s.compiles = impl_->compiles_.load();
+  s.eager_calls = impl_->eager_calls_.load();
+  return s;
+}
+
+std::vector<RecompileEvent> CompiledFunction::recompiles() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->events_;
+}
+
+std::vector<std::string> CompiledFunction::guards(int entry) const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  for (const auto& e : impl_->snapshot_.load()->entries) {
+    if (e->index == entry) {
+      return GuardLines(*e, impl_->ArgNames(e->graph->arg_kinds.size()));
+    }
+  }
+  throw Error(absl::StrCat("warden: guards(", entry, "): function '", impl_->options_.name,
+                           "' has no cache entry ", entry, " (it has ",
+                           impl_->snapshot_.load()->entries.size(), ")"));
+}
+
+void CompiledFunction::reset() {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  impl_->Publish({});
+  impl_->events_.clear();
+  impl_->dropped_events_ = 0;
+  impl_->next_entry_index_ = 0;
+  impl_->eager_reason_.clear();
+  impl_->limit_warned_ = false;
+}
+
+}  // namespace warden

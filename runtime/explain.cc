@@ -1,0 +1,104 @@
+// explain() and explain_json(): one report of a function's cache: entries (most recently used
+// first) with graph, guards and provenance, stats, and the recompile events in call order.
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/function_impl.h"
+
+namespace warden {
+namespace {
+
+const char* DynamicName(Dynamic d) {
+  switch (d) {
+    case Dynamic::kStatic: return "static";
+    case Dynamic::kAuto: return "auto";
+    case Dynamic::kDynamic: return "dynamic";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string CompiledFunction::explain() const {
+  const Impl& f = *impl_;
+  std::lock_guard<std::mutex> lock(f.mu_);
+  const Stats s = stats();
+  std::string out = absl::StrCat("function '", f.options_.name, "' (id ", f.id_, ", backend ",
+                                 f.options_.backend, ", dynamic ", DynamicName(f.options_.dynamic),
+                                 ", cache_size_limit ", f.options_.cache_size_limit, ")\n");
+  absl::StrAppend(&out, "  calls ", s.calls, ", cache hits ", s.cache_hits, ", compiles ", s.compiles,
+                  ", eager calls ", s.eager_calls, "\n");
+  if (!f.eager_reason_.empty()) absl::StrAppend(&out, "  runs eagerly: ", f.eager_reason_, "\n");
+  const auto entries = f.EntriesMru();
+  absl::StrAppend(&out, "  ", entries.size(), " cache entr", entries.size() == 1 ? "y" : "ies",
+                  " (most recently used first)\n");
+  for (const auto& e : entries) {
+    const auto names = f.ArgNames(e->graph->arg_kinds.size());
+    absl::StrAppend(&out, "\nentry ", f.id_, "/", e->index, ": backend ", e->backend, ", created at call ",
+                    e->created_at_call, ", hits ", e->hits.load(), "\n");
+    if (!e->backend_note.empty()) absl::StrAppend(&out, "  note: ", e->backend_note, "\n");
+    for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
+    absl::StrAppend(&out, "  graph:\n");
+    for (absl::string_view line : absl::StrSplit(e->graph->ToString(), '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, "    ", line, "\n");
+    }
+    absl::StrAppend(&out, "  guards (", e->program.size(), "):\n");
+    for (const std::string& line : GuardLines(*e, names)) absl::StrAppend(&out, "    ", line, "\n");
+  }
+  absl::StrAppend(&out, "\nrecompiles (", f.events_.size(), f.dropped_events_ ? absl::StrCat(", ", f.dropped_events_, " older dropped") : "", "):\n");
+  for (const RecompileEvent& ev : f.events_) {
+    absl::StrAppend(&out, "  call ", ev.call_index, ": ", ev.action, "\n");
+    for (const std::string& r : ev.reasons) absl::StrAppend(&out, "    - ", r, "\n");
+  }
+  return out;
+}
+
+std::string CompiledFunction::explain_json() const {
+  const Impl& f = *impl_;
+  std::lock_guard<std::mutex> lock(f.mu_);
+  const Stats s = stats();
+  nlohmann::json doc;
+  doc["function"] = f.options_.name;
+  doc["id"] = f.id_;
+  doc["options"] = {{"backend", f.options_.backend},
+                    {"dynamic", DynamicName(f.options_.dynamic)},
+                    {"cache_size_limit", f.options_.cache_size_limit},
+                    {"fail_on_cache_limit", f.options_.fail_on_cache_limit}};
+  doc["stats"] = {{"calls", s.calls},
+                  {"cache_hits", s.cache_hits},
+                  {"compiles", s.compiles},
+                  {"eager_calls", s.eager_calls}};
+  doc["eager_reason"] = f.eager_reason_;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : f.EntriesMru()) {
+    const auto names = f.ArgNames(e->graph->arg_kinds.size());
+    nlohmann::json guards = nlohmann::json::array();
+    for (const guards::Guard& g : e->program.guards()) {
+      guards.push_back({{"kind", guards::GuardKindName(g.kind)},
+                        {"text", guards::Describe(g, names)},
+                        {"provenance", g.provenance}});
+    }
+    entries.push_back({{"index", e->index},
+                       {"id", absl::StrCat(f.id_, "/", e->index)},
+                       {"backend", e->backend},
+                       {"backend_note", e->backend_note},
+                       {"created_at_call", e->created_at_call},
+                       {"hits", e->hits.load()},
+                       {"graph", e->graph->ToString()},
+                       {"num_nodes", e->graph->nodes.size()},
+                       {"guards", guards},
+                       {"rule_mismatches", e->rule_mismatches}});
+  }
+  doc["entries"] = entries;
+  nlohmann::json events = nlohmann::json::array();
+  for (const RecompileEvent& ev : f.events_) {
+    events.push_back({{"call_index", ev.call_index}, {"reasons", ev.reasons}, {"action", ev.action}});
+  }
+  doc["recompiles"] = events;
+  doc["dropped_recompiles"] = f.dropped_events_;
+  return doc.dump(2);
+}
+
+}  // namespace warden

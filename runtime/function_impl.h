@@ -1,0 +1,83 @@
+// Internal state of a CompiledFunction: cache entries, the immutable snapshot the hot path reads,
+// events and stats. Shared by compiled_function.cc (calls, compiles) and explain.cc (reports).
+#ifndef WARDEN_RUNTIME_FUNCTION_IMPL_H_
+#define WARDEN_RUNTIME_FUNCTION_IMPL_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "guards/evaluator.h"
+#include "runtime/backend.h"
+#include "runtime/logging.h"
+#include "runtime/warden.h"
+#include "tracer/graph.h"
+
+namespace warden {
+
+struct CacheEntry {
+  int index = 0;                    // E in "F/E": creation order within the function
+  int64_t created_at_call = 0;
+  guards::GuardProgram program;
+  std::shared_ptr<const tracer::Graph> graph;
+  std::unique_ptr<Artifact> artifact;
+  std::string backend;              // the backend that actually compiled it
+  std::string backend_note;         // why it differs from Options.backend, if it does
+  std::vector<std::string> rule_mismatches;
+  mutable std::atomic<int64_t> last_used{0};  // call index of the last hit (MRU order)
+  mutable std::atomic<int64_t> hits{0};
+};
+
+// What the hot path reads: never modified after publication. Old snapshots are retired, not
+// freed, until the function is destroyed, so a reader never sees freed memory without a lock.
+struct Snapshot {
+  std::vector<std::shared_ptr<const CacheEntry>> entries;  // newest first
+};
+
+class CompiledFunction::Impl {
+ public:
+  Impl(Fn fn, Options options, int id);
+  ~Impl();
+
+  std::vector<at::Tensor> Call(const std::vector<c10::IValue>& args);
+
+  // Everything below is for explain/stats; all take mu_.
+  Fn fn_;
+  Options options_;
+  int id_;
+  runtime::LogTopics logs_;
+
+  std::atomic<const Snapshot*> snapshot_{nullptr};
+  std::atomic<int64_t> calls_{0}, hits_{0}, compiles_{0}, eager_calls_{0};
+
+  mutable std::mutex mu_;  // guards everything below; held for the whole of a compile
+  std::vector<std::unique_ptr<Snapshot>> snapshots_;  // current and retired
+  std::vector<RecompileEvent> events_;
+  int64_t dropped_events_ = 0;
+  int next_entry_index_ = 0;
+  std::string eager_reason_;        // non-empty: the function is not traceable, always eager
+  bool limit_warned_ = false;
+  std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
+
+  std::string ArgName(size_t i) const;
+  std::vector<std::string> ArgNames(size_t n) const;
+  std::vector<std::shared_ptr<const CacheEntry>> EntriesMru() const;  // requires mu_
+  void Publish(std::vector<std::shared_ptr<const CacheEntry>> entries);  // requires mu_
+
+ private:
+  std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,
+                               const std::map<int, std::string>& value_failures);
+  void RecordEvent(RecompileEvent event);                                // requires mu_
+};
+
+// Rendering of one entry's guards: "arg0.size(0) == 3  # used by aten::add.Tensor at %0 ...".
+std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::string>& names);
+
+constexpr size_t kMaxEvents = 1024;  // recompiles() keeps the most recent ones
+
+}  // namespace warden
+
+#endif  // WARDEN_RUNTIME_FUNCTION_IMPL_H_

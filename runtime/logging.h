@@ -1,0 +1,27 @@
+// WARDEN_LOGS: a comma-separated list of topics ("recompiles", "graph", "guards", "all"), read
+// when a function is compiled. Output goes to stderr in the formats of ../shared/API.md.
+#ifndef WARDEN_RUNTIME_LOGGING_H_
+#define WARDEN_RUNTIME_LOGGING_H_
+
+#include <string>
+
+namespace warden::runtime {
+
+struct LogTopics {
+  bool recompiles = false;
+  bool graph = false;
+  bool guards = false;
+
+  static LogTopics FromEnv();                         // reads WARDEN_LOGS now
+  static LogTopics Parse(const std::string& spec);    // "recompiles,graph"
+};
+
+// Writes one message to stderr atomically with respect to other Warden messages.
+void LogToStderr(const std::string& text);
+
+// Prints `text` once per process for a given key (one-time warnings).
+void WarnOnce(const std::string& key, const std::string& text);
+
+}  // namespace warden::runtime
+
+#endif  // WARDEN_RUNTIME_LOGGING_H_
