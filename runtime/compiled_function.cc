@@ -176,6 +176,10 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
     }
     RecordEvent(std::move(event));
+    if (trace.rerun_eagerly) {
+      lock.unlock();
+      return fn_(args);
+    }
     return trace.outputs;
   }
 

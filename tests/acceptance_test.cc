@@ -348,6 +348,58 @@ TEST(Acceptance, DataDependentReadAfterMutationRunsEagerly) {
   EXPECT_THAT(f.explain(), HasSubstr("runs eagerly: data-dependent"));
 }
 
+TEST(Acceptance, RawDataAccessRunsEagerlyAndSaysWhy) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const float first = a[0].toTensor().data_ptr<float>()[0];
+    return {a[0].toTensor() * first};
+  };
+  auto f = warden::compile(fn, Static());
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    auto x = torch::randn({3});
+    ExpectSame(f({x}), fn({x}));
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr("reads raw data of a traced tensor"));
+  EXPECT_EQ(f.stats().eager_calls, 3);
+  EXPECT_EQ(f.stats().compiles, 0);
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_THAT(f.recompiles()[0].action, HasSubstr("runs eagerly from now on"));
+}
+
+TEST(Acceptance, RequiresGradIsVisibleAndBackwardWorksThroughReplay) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        at::Tensor x = a[0].toTensor();
+        return {x.requires_grad() ? x * 3 : x * 2};
+      },
+      Static());
+  auto x = torch::randn({3}, torch::requires_grad());
+  ExpectSame(f({x}), {x * 3});
+  auto out = f({x});  // replayed
+  EXPECT_EQ(f.stats().cache_hits, 1);
+  ASSERT_TRUE(out[0].requires_grad());
+  out[0].sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::full({3}, 3.0f)));
+  // Without requires_grad the branch differs: a guard must catch it.
+  auto plain = torch::randn({3});
+  ExpectSame(f({plain}), {plain * 2});
+  EXPECT_THAT(f.recompiles().at(0).reasons.at(0),
+              HasSubstr("tensor 'arg0' requires_grad mismatch. expected true, actual false"));
+}
+
+TEST(Acceptance, TensorLiteralInsideFunction) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor() + torch::tensor({1.f, 2.f, 3.f})};
+  };
+  auto f = warden::compile(fn, Static());
+  for (int i = 0; i < 3; ++i) {
+    auto x = torch::randn({2, 3});
+    ExpectSame(f({x}), fn({x}));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
 TEST(Acceptance, GradModeIsGuarded) {
   auto f = warden::compile(AddRelu, Static());
   auto x = torch::randn({3}), y = torch::randn({3});

@@ -70,6 +70,11 @@ int Graph::BaseArg(ValueId id) const {
   return -1;
 }
 
+ValueId Graph::RootOf(ValueId id) const {
+  while (values.at(id).alias_of != kNoValue) id = values.at(id).alias_of;
+  return id;
+}
+
 std::vector<int> Graph::MutatedArgs() const {
   std::set<int> args;
   for (const Node& n : nodes) {

@@ -123,6 +123,8 @@ class Graph {
 
   // The argument whose storage a value (transitively) views, or -1 (constant or fresh storage).
   int BaseArg(ValueId id) const;
+  // The value at the end of the alias_of chain: the owner of `id`'s storage.
+  ValueId RootOf(ValueId id) const;
   // Arguments written by some node (in-place op or out= on an argument or a view of one).
   std::vector<int> MutatedArgs() const;
   bool HasMutation() const;

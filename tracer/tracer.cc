@@ -41,7 +41,10 @@ struct TraceState {
   std::vector<std::string> composite_stack;
   std::string untraceable;
   std::vector<std::string> rule_mismatches;
-  bool side_effect_seen = false;  // a mutation or random draw happened
+  // A write to an argument or captured constant, or a random draw: something a later abort of
+  // the artifact could not undo. Writes to fresh intermediates (torch::tensor's fill_) are not.
+  bool side_effect_seen = false;
+  bool observable_write = false;  // the subset that writes arguments or constants
   bool finished = false;
 
   void OnRead(ValueId id, MetadataRead::What what) {
@@ -70,6 +73,8 @@ class WrapperImpl final : public c10::TensorImpl {
     set_sizes_and_strides(real_.sizes(), real_.strides());
     set_storage_access_should_throw();
     set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
+    // User code may branch on requires_grad(); mirror it (the guard set covers it too).
+    if (real_.requires_grad()) set_requires_grad(true);
   }
 
   const at::Tensor& real() const { return real_; }
@@ -323,6 +328,31 @@ void CheckRule(TraceState& st, const ops::OpInfo& info, Node& node) {
   }
 }
 
+// True if the node writes (schema alias annotation with '!') a value whose storage belongs to an
+// argument or a captured constant.
+bool WritesArgumentOrConstant(const Graph& g, const Node& node) {
+  const auto& schema = node.handle->schema();
+  for (size_t i = 0; i < node.args.size() && i < schema.arguments().size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    const NodeArg& a = node.args[i];
+    std::vector<ValueId> written = a.kind == NodeArg::Kind::kValue ? std::vector<ValueId>{a.value} : a.values;
+    for (ValueId v : written) {
+      if (v == kNoValue) continue;
+      const ValueKind root = g.value(g.RootOf(v)).kind;
+      if (root == ValueKind::kInput || root == ValueKind::kConstant) return true;
+    }
+  }
+  return false;
+}
+
+// ATen's errors for reading the data of a storage-less tensor (data_ptr(), accessor(), printing).
+bool IsRawDataAccess(const c10::Error& e) {
+  const std::string msg = e.what_without_backtrace();
+  return msg.find("Cannot access data pointer of Tensor that doesn't have storage") != std::string::npos ||
+         msg.find("Cannot access storage of warden::WrapperImpl") != std::string::npos;
+}
+
 void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TraceState* st = current_state;
   const c10::FunctionSchema& schema = op.schema();
@@ -461,7 +491,11 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         " follows a mutation or random op, so a value-guard failure could not be undone");
   }
   if (info != nullptr && node.kind == NodeKind::kRule) CheckRule(*st, *info, node);
-  if (node.mutates || node.random) st->side_effect_seen = true;
+  if (node.mutates && WritesArgumentOrConstant(g, node)) {
+    st->side_effect_seen = true;
+    st->observable_write = true;
+  }
+  if (node.random) st->side_effect_seen = true;
   g.nodes.push_back(std::move(node));
 }
 
@@ -526,12 +560,27 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
   }
 
   TraceResult result;
+  result.graph = state->graph;
   {
     ScopedTrace scope(state.get());
     std::vector<at::Tensor> outs;
-    {
+    try {
       c10::impl::IncludeDispatchKeyGuard include(kTraceKey);
       outs = fn(traced_args);
+    } catch (const c10::Error& e) {
+      if (!IsRawDataAccess(e)) throw;
+      const std::string what =
+          "reads raw data of a traced tensor (data_ptr(), accessor(), printing); only item() and "
+          "ATen ops are traceable";
+      if (state->observable_write) {
+        throw Error(absl::StrCat("warden: the function ", what,
+                                 ", after it had already written an argument or captured tensor, "
+                                 "so it cannot be re-run eagerly; move the raw access before the "
+                                 "in-place op or call the function without warden"));
+      }
+      result.untraceable = what;
+      result.rerun_eagerly = true;
+      return result;
     }
     for (const at::Tensor& t : outs) {
       if (!t.defined()) {

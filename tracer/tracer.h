@@ -30,6 +30,10 @@ struct TraceResult {
   // Non-empty: replaying the graph would not be sound (for example a data-dependent read after
   // a side effect); the reason says why and the function should run eagerly.
   std::string untraceable;
+  // The function stopped (raw data access) before it returned: `outputs` is empty and the caller
+  // must run it eagerly itself. Only set when nothing observable (a write to an argument or a
+  // captured tensor) had happened, so the re-run sees the same inputs.
+  bool rerun_eagerly = false;
   // Ops whose registered shape rule disagreed with ATen (recorded as opaque instead).
   std::vector<std::string> rule_mismatches;
 };
