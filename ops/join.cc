@@ -54,7 +54,8 @@ absl::StatusOr<Shapes> Stack(const ShapeContext& ctx) {
   absl::StatusOr<int64_t> dim = WrapDim(ctx.Int(1), in[0].size() + 1, ctx.op());
   if (!dim.ok()) return dim.status();
   for (size_t i = 1; i < in.size(); ++i) {
-    absl::Status st = RequireSameShape(ctx, in[i], in[0], "stack expects each tensor to be equal size");
+    absl::Status st =
+        RequireSameShape(ctx, in[i], in[0], "stack expects each tensor to be equal size");
     if (!st.ok()) return st;
   }
   Shape out = in[0];

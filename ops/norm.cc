@@ -21,8 +21,8 @@ absl::Status CheckLayerNorm(const ShapeContext& ctx, const Shape& input,
   const Shape norm(normalized.begin(), normalized.end());
   for (size_t i : {size_t{2}, size_t{3}}) {
     if (!ctx.is_tensor(i)) continue;
-    absl::Status st = RequireSameShape(ctx, ctx.shape(i), norm,
-                                       i == 2 ? "weight has normalized_shape" : "bias has normalized_shape");
+    const char* why = i == 2 ? "weight has normalized_shape" : "bias has normalized_shape";
+    absl::Status st = RequireSameShape(ctx, ctx.shape(i), norm, why);
     if (!st.ok()) return st;
   }
   if (input.size() < norm.size()) {

@@ -25,7 +25,9 @@ absl::StatusOr<Shape> Reduce(const ShapeContext& ctx, const Shape& in,
     absl::StatusOr<int64_t> w = WrapDim(d, rank, ctx.op());
     if (!w.ok()) return w.status();
     if (rank == 0) continue;
-    if (reduced[*w]) return ShapeError(ctx, "dim ", *w, " appears multiple times in the list of dims");
+    if (reduced[*w]) {
+      return ShapeError(ctx, "dim ", *w, " appears multiple times in the list of dims");
+    }
     reduced[*w] = true;
   }
   Shape out;
@@ -51,6 +53,24 @@ ShapeRule ReduceRule(int dims_arg, int keepdim_arg, int outputs = 1) {
     if (!out.ok()) return out.status();
     return Shapes(outputs, *out);
   };
+}
+
+// logsumexp(self, dim, keepdim). Note [logsumexp of dim=[]]: 1.13 reduces everything for an
+// empty dim list but then adds the keepdim-shaped maxima into the reduced result in place, so a
+// non-empty input of rank > 0 with keepdim=False fails ("output with shape [] doesn't match the
+// broadcast shape [1, 1]"). Empty inputs take another path and succeed.
+absl::StatusOr<Shapes> Logsumexp(const ShapeContext& ctx) {
+  const Shape& in = ctx.shape(0);
+  const std::vector<int64_t> dims = ctx.Ints(1);
+  const bool keepdim = ctx.Bool(2);
+  if (dims.empty() && !keepdim && !in.empty() &&
+      !SizeEquals(ctx, Numel(in), 0, "logsumexp of an empty tensor")) {
+    return ShapeError(ctx, "dim=[] with keepdim=False fails in LibTorch 1.13 for a non-empty "
+                      "tensor of rank > 0");
+  }
+  absl::StatusOr<Shape> out = Reduce(ctx, in, dims, keepdim);
+  if (!out.ok()) return out.status();
+  return Shapes{*out};
 }
 
 // Ops whose int dim must be valid but which keep the shape: scans and softmax.
@@ -83,8 +103,9 @@ WARDEN_REGISTER_OPS(reduction) {
   // (self, dim, keepdim, ...).
   add({"aten::sum.dim_IntList", "aten::mean.dim", "aten::amax", "aten::amin",
        "aten::prod.dim_int", "aten::all.dim", "aten::any.dim", "aten::argmax", "aten::argmin",
-       "aten::logsumexp", "aten::frobenius_norm.dim"},
+       "aten::frobenius_norm.dim"},
       ReduceRule(1, 2));
+  r.Add({"aten::logsumexp", Logsumexp});
   add({"aten::max.dim", "aten::min.dim"}, ReduceRule(1, 2, 2));
   // aminmax(self, *, dim=None, keepdim=False) -> (min, max).
   r.Add({"aten::aminmax", ReduceRule(1, 2, 2)});

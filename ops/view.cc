@@ -152,7 +152,9 @@ absl::StatusOr<Shapes> Transpose(const ShapeContext& ctx) {
 // t(self): only for rank <= 2.
 absl::StatusOr<Shapes> T(const ShapeContext& ctx) {
   Shape out = ctx.shape(0);
-  if (out.size() > 2) return ShapeError(ctx, "t() expects a tensor with <= 2 dimensions, got ", out.size());
+  if (out.size() > 2) {
+    return ShapeError(ctx, "t() expects a tensor with <= 2 dimensions, got ", out.size());
+  }
   if (out.size() == 2) std::swap(out[0], out[1]);
   return Shapes{out};
 }
@@ -233,7 +235,10 @@ absl::StatusOr<Shape> ExpandShape(const ShapeContext& ctx, const Shape& in,
     const bool existing = i >= lead;
     const Dim t = target[i];
     if (!existing) {
-      if (t == -1) return ShapeError(ctx, "the expanded size -1 isn't allowed in a leading, non-existing dimension ", i);
+      if (t == -1) {
+        return ShapeError(ctx, "the expanded size -1 isn't allowed in a leading, non-existing "
+                          "dimension ", i);
+      }
       if (t < 0) return ShapeError(ctx, "invalid expanded size ", t);
       out[i] = t;
       continue;
@@ -296,8 +301,8 @@ absl::StatusOr<Shapes> Slice(const ShapeContext& ctx) {
   const int64_t step = ctx.Int(4);
   if (step <= 0) return ShapeError(ctx, "slice step must be positive");
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  int64_t start_arg = ctx.is_none(2) ? 0 : ctx.Int(2);
-  if (start_arg == kMax) start_arg = 0;  // INT64_MAX stands for the default, as in ATen.
+  // 1.13 takes INT64_MAX literally (later releases read it as "no start").
+  const int64_t start_arg = ctx.is_none(2) ? 0 : ctx.Int(2);
   const int64_t end_arg = ctx.is_none(3) ? kMax : ctx.Int(3);
   const Dim len = SliceLength(ctx, out[*dim], start_arg, end_arg);
   out[*dim] = (len + step - 1) / step;
