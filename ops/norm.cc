@@ -69,7 +69,7 @@ absl::StatusOr<Shapes> GroupNorm(const ShapeContext& ctx) {
   const int64_t groups = ctx.Int(1);
   if (groups <= 0) return ShapeError(ctx, "num_groups must be positive, got ", groups);
   const Dim channels = input[1];
-  absl::Status st = ctx.RequireEqual((channels / groups) * groups, channels,
+  absl::Status st = ctx.RequireEqual(DivFloor(ctx, channels, groups, "group size") * groups, channels,
                                      "channels divisible by num_groups");
   if (st.ok()) st = CheckChannels(ctx, 2, channels, "weight has one element per channel");
   if (st.ok()) st = CheckChannels(ctx, 3, channels, "bias has one element per channel");

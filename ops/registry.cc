@@ -47,9 +47,17 @@ bool ShapeContext::Bool(size_t i) const {
 }
 
 absl::Status ShapeContext::RequireEqual(Dim a, Dim b, absl::string_view why) const {
-  if (a == b) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(op_, ": ", why, " requires ", a, " == ", b));
+  const Dim diff = a - b;
+  if (diff.is_constant()) {
+    if (diff.constant() == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_, ": ", why, " requires ", a.ToString(), " == ", b.ToString()));
+  }
+  if (facts_ == nullptr) {
+    return absl::InternalError(absl::StrCat(op_, ": symbolic sizes without a symbolic context"));
+  }
+  facts_->requirements.push_back({a, b, std::string(why)});
+  return absl::OkStatus();
 }
 
 Registry& Registry::Global() {
@@ -172,11 +180,75 @@ Dim Numel(const Shape& shape) {
   return n;
 }
 
-bool SizeEquals(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) { return a == b; }
+namespace {
 
-bool SizeLess(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) { return a < b; }
+// A lower bound of an expression's value given that every symbol is >= 2 (sizes 0 and 1 are
+// always specialized), or nullopt when it is not monotone.
+std::optional<int64_t> LowerBound(const Dim& d) { return d.LowerBound(2); }
 
-int64_t SpecializeSize(const ShapeContext& ctx, Dim d, absl::string_view why) { return d; }
+void Specialize(const ShapeContext& ctx, const Dim& d, absl::string_view why) {
+  if (ctx.facts() == nullptr) return;
+  for (int s : d.symbols()) ctx.facts()->specialized.emplace(s, std::string(why));
+}
+
+int64_t Value(const ShapeContext& ctx, const Dim& d) {
+  if (d.is_constant()) return d.constant();
+  return ctx.facts() != nullptr && ctx.facts()->evaluate ? ctx.facts()->evaluate(d) : 0;
+}
+
+}  // namespace
+
+Shape ToShape(const std::vector<int64_t>& sizes) { return Shape(sizes.begin(), sizes.end()); }
+
+std::optional<std::vector<int64_t>> ConcreteShape(const Shape& shape) {
+  std::vector<int64_t> out;
+  out.reserve(shape.size());
+  for (const Dim& d : shape) {
+    if (!d.is_constant()) return std::nullopt;
+    out.push_back(d.constant());
+  }
+  return out;
+}
+
+bool SizeEquals(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) {
+  const Dim diff = a - b;
+  if (diff.is_constant()) return diff.constant() == 0;
+  // Provably different when one side's minimum exceeds the other, e.g. s0 vs 1.
+  const auto lo_ab = LowerBound(a - b), lo_ba = LowerBound(b - a);
+  if ((lo_ab && *lo_ab > 0) || (lo_ba && *lo_ba > 0)) return false;
+  Specialize(ctx, a, why);
+  Specialize(ctx, b, why);
+  return Value(ctx, a) == Value(ctx, b);
+}
+
+bool SizeLess(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why) {
+  const Dim diff = b - a;
+  if (diff.is_constant()) return diff.constant() > 0;
+  if (const auto lo = LowerBound(diff); lo && *lo > 0) return true;
+  if (const auto lo = LowerBound(a - b); lo && *lo >= 0) return false;
+  // a constant bound no size can reach (INT64_MAX as "to the end").
+  if (b.is_constant() && b.constant() >= (int64_t{1} << 62)) return true;
+  Specialize(ctx, a, why);
+  Specialize(ctx, b, why);
+  return Value(ctx, a) < Value(ctx, b);
+}
+
+int64_t SpecializeSize(const ShapeContext& ctx, Dim d, absl::string_view why) {
+  if (d.is_constant()) return d.constant();
+  Specialize(ctx, d, why);
+  return Value(ctx, d);
+}
+
+Dim DivFloor(const ShapeContext& ctx, const Dim& a, const Dim& b, absl::string_view why) {
+  if (a.is_constant() && b.is_constant()) {
+    return b.constant() == 0 ? Dim(0) : Dim(a.constant() / b.constant());
+  }
+  if (auto q = Dim::ExactDiv(a, b)) return *q;
+  Specialize(ctx, a, why);
+  Specialize(ctx, b, why);
+  const int64_t den = Value(ctx, b);
+  return den == 0 ? Dim(0) : Dim(Value(ctx, a) / den);
+}
 
 double ScalarArg(const ShapeContext& ctx, size_t i) {
   if (i >= ctx.num_args()) return 0;

@@ -5,6 +5,8 @@
 #define WARDEN_OPS_REGISTRY_H_
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,14 +16,32 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "tracer/sym_expr.h"
 
 namespace warden::ops {
 
-// One dimension's size. Concrete for now; the symbolic layer (tracer/sym_expr.h) replaces it with
-// an expression type that supports the same arithmetic, which is why rules must compare sizes only
-// through ShapeContext::RequireEqual and never with `==` directly.
-using Dim = int64_t;
+// One dimension's size: a canonical polynomial over size symbols (tracer/sym_expr.h); concrete
+// sizes are constant expressions. Rules compare sizes only through ShapeContext::RequireEqual and
+// the size predicates below (Note [Size predicates]), never with `==` or `<` directly, so that a
+// symbolic size turns each comparison into a guard instead of silently assuming an answer.
+using Dim = tracer::SymExpr;
 using Shape = std::vector<Dim>;
+
+Shape ToShape(const std::vector<int64_t>& sizes);
+// The concrete sizes of a shape whose every dim is constant (nullopt otherwise).
+std::optional<std::vector<int64_t>> ConcreteShape(const Shape& shape);
+
+// What a symbolic shape pass learns from the rules it runs: requirements (a == b) that become
+// relational guards, and symbols the rules needed concrete answers about (specializations).
+struct SymbolicFacts {
+  struct Requirement {
+    Dim lhs, rhs;
+    std::string why;
+  };
+  std::vector<Requirement> requirements;
+  std::map<int, std::string> specialized;       // symbol -> why it had to become static
+  std::function<int64_t(const Dim&)> evaluate;  // the trace-time value of an expression
+};
 
 // What a shape rule sees of one call: the schema-ordered arguments, tensors by shape only.
 class ShapeContext {
@@ -34,7 +54,8 @@ class ShapeContext {
     c10::IValue constant;           // kConstant: ints, doubles, int lists, dtypes, ...
   };
 
-  ShapeContext(std::string op, std::vector<Arg> args) : op_(std::move(op)), args_(std::move(args)) {}
+  ShapeContext(std::string op, std::vector<Arg> args, SymbolicFacts* facts = nullptr)
+      : op_(std::move(op)), args_(std::move(args)), facts_(facts) {}
 
   const std::string& op() const { return op_; }
   size_t num_args() const { return args_.size(); }
@@ -51,9 +72,13 @@ class ShapeContext {
   // this checks; symbolic sizes turn it into a guard with `why` as provenance.
   absl::Status RequireEqual(Dim a, Dim b, absl::string_view why) const;
 
+  // Symbolic shapes only (null for concrete ones): where requirements and specializations go.
+  SymbolicFacts* facts() const { return facts_; }
+
  private:
   std::string op_;
   std::vector<Arg> args_;
+  SymbolicFacts* facts_ = nullptr;
 };
 
 // Output shapes, one per tensor the op returns (a Tensor[] return contributes one per element).
@@ -69,7 +94,7 @@ struct OpInfo {
 
 // What the shape rule of a data_dependent_shape op returns for a size that depends on values
 // (nonzero's row count): the tracer takes the real size from the eager run and guards on it.
-inline constexpr Dim kDataDependentSize = -1;
+inline const Dim kDataDependentSize = Dim(-1);
 
 class Registry {
  public:
@@ -112,9 +137,14 @@ ShapeRule BroadcastAll();
 ShapeRule InPlaceBroadcast();
 
 // An error for a call the op rejects; like RequireEqual's, the message starts with the op name.
+// Message text of one part: sizes print as expressions, everything else as absl::StrCat would.
+inline std::string ShapeText(const Dim& d) { return d.ToString(); }
+template <typename T>
+const T& ShapeText(const T& v) { return v; }
+
 template <typename... Parts>
 absl::Status ShapeError(const ShapeContext& ctx, const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(ctx.op(), ": ", parts...));
+  return absl::InvalidArgumentError(absl::StrCat(ctx.op(), ": ", ShapeText(parts)...));
 }
 
 // Requires `from` to expand to exactly `to` (size-1 and missing leading dims stretch, nothing
@@ -140,6 +170,11 @@ bool SizeLess(const ShapeContext& ctx, Dim a, Dim b, absl::string_view why);
 // The exact value of a size that decides the structure of the result (how many tensors unbind or
 // split return); symbolically this is an equality guard.
 int64_t SpecializeSize(const ShapeContext& ctx, Dim d, absl::string_view why);
+// a / b rounded down (sizes are non-negative): exact symbolically when it can be, otherwise the
+// operands are specialized.
+Dim DivFloor(const ShapeContext& ctx, const Dim& a, const Dim& b, absl::string_view why);
+// A constant size (from an int[] argument) compared with a literal; symbolic sizes never are.
+inline bool ConstantBelow(const Dim& d, int64_t v) { return d.is_constant() && d.constant() < v; }
 
 // A constant Scalar argument (int, double or bool) as a double; 0 for anything else.
 double ScalarArg(const ShapeContext& ctx, size_t i);

@@ -45,7 +45,7 @@ absl::StatusOr<Shape> InferSize(const ShapeContext& ctx, const std::vector<int64
     return ShapeError(ctx, "cannot reshape a tensor of 0 elements into a shape with -1: the "
                       "unspecified dimension size can be any value and is ambiguous");
   }
-  out[infer] = numel / known;
+  out[infer] = DivFloor(ctx, numel, known, "reshape infers the -1 dim");
   absl::Status st = ctx.RequireEqual(out[infer] * known, numel,
                                      "reshape keeps the number of elements");
   if (!st.ok()) return st;
@@ -239,7 +239,7 @@ absl::StatusOr<Shape> ExpandShape(const ShapeContext& ctx, const Shape& in,
         return ShapeError(ctx, "the expanded size -1 isn't allowed in a leading, non-existing "
                           "dimension ", i);
       }
-      if (t < 0) return ShapeError(ctx, "invalid expanded size ", t);
+      if (ConstantBelow(t, 0)) return ShapeError(ctx, "invalid expanded size ", t);
       out[i] = t;
       continue;
     }
@@ -247,7 +247,7 @@ absl::StatusOr<Shape> ExpandShape(const ShapeContext& ctx, const Shape& in,
     if (t == -1) {
       out[i] = s;
     } else if (SizeEquals(ctx, s, 1, "expand stretches size-1 dims")) {
-      if (t < 0) return ShapeError(ctx, "invalid expanded size ", t);
+      if (ConstantBelow(t, 0)) return ShapeError(ctx, "invalid expanded size ", t);
       out[i] = t;
     } else {
       absl::Status st = ctx.RequireEqual(s, t, "expand of a non-singleton dim");
@@ -305,7 +305,7 @@ absl::StatusOr<Shapes> Slice(const ShapeContext& ctx) {
   const int64_t start_arg = ctx.is_none(2) ? 0 : ctx.Int(2);
   const int64_t end_arg = ctx.is_none(3) ? kMax : ctx.Int(3);
   const Dim len = SliceLength(ctx, out[*dim], start_arg, end_arg);
-  out[*dim] = (len + step - 1) / step;
+  out[*dim] = DivFloor(ctx, len + step - 1, step, "slice with a step");
   return Shapes{out};
 }
 

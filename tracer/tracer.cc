@@ -289,13 +289,13 @@ ops::ShapeContext MakeShapeContext(const Graph& g, const Node& node) {
         break;
       case NodeArg::Kind::kValue:
         s.kind = ops::ShapeContext::Arg::Kind::kTensor;
-        s.shape = g.value(a.value).meta.sizes;
+        s.shape = ops::ToShape(g.value(a.value).meta.sizes);
         break;
       case NodeArg::Kind::kValueList:
       case NodeArg::Kind::kOptValueList:
         s.kind = ops::ShapeContext::Arg::Kind::kTensorList;
         for (ValueId id : a.values) {
-          s.list.push_back(id == kNoValue ? ops::Shape{} : g.value(id).meta.sizes);
+          s.list.push_back(id == kNoValue ? ops::Shape{} : ops::ToShape(g.value(id).meta.sizes));
         }
         break;
     }
@@ -318,7 +318,7 @@ void CheckRule(TraceState& st, const ops::OpInfo& info, Node& node) {
   bool ok = shapes.ok() && shapes->size() == actual.size();
   for (size_t i = 0; ok && i < actual.size(); ++i) {
     if (info.data_dependent_shape) break;
-    ok = (*shapes)[i] == actual[i];
+    ok = ops::ConcreteShape((*shapes)[i]) == actual[i];
   }
   if (!ok) {
     node.kind = NodeKind::kOpaque;

@@ -149,7 +149,7 @@ std::vector<Shape> RealShapes(const std::vector<c10::IValue>& returns) {
 
 std::string ToString(const std::vector<Shape>& shapes) {
   std::ostringstream os;
-  for (const Shape& s : shapes) os << c10::IntArrayRef(s) << " ";
+  for (const Shape& s : shapes) os << tracer::SymShapeString(s) << " ";
   return os.str();
 }
 
