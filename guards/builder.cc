@@ -18,6 +18,7 @@
 // - Default dtype: when a factory op or a floating-point scalar argument could have used it.
 #include "guards/builder.h"
 
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -67,15 +68,87 @@ bool UsesDefaultDtype(const Graph& g) {
   return false;
 }
 
+// Rewrites an expression over the pass's symbol ids into a relation guard's local numbering,
+// appending the sources it needs to `symbols`.
+tracer::SymExpr Localize(const tracer::SymExpr& e, const ops::ShapePassResult& shapes,
+                         std::vector<std::pair<int, int>>* symbols) {
+  constexpr int kTemp = 1 << 20;  // above any real id, so renaming cannot collide
+  tracer::SymExpr out = e;
+  std::vector<int> globals = e.symbols();
+  for (int g : globals) {
+    const auto source = std::make_pair(shapes.symbols[g].arg, shapes.symbols[g].dim);
+    int local = -1;
+    for (size_t k = 0; k < symbols->size(); ++k) {
+      if ((*symbols)[k] == source) local = static_cast<int>(k);
+    }
+    if (local < 0) {
+      local = static_cast<int>(symbols->size());
+      symbols->push_back(source);
+    }
+    out = out.Substitute(g, tracer::SymExpr::Symbol(kTemp + local));
+  }
+  for (size_t k = 0; k < symbols->size(); ++k) {
+    out = out.Substitute(kTemp + static_cast<int>(k), tracer::SymExpr::Symbol(static_cast<int>(k)));
+  }
+  return out;
+}
+
+// Solves e == 0 for one symbol that occurs linearly with coefficient +-1 (the newest such symbol,
+// so that relations point at earlier arguments): returns (symbol, value) or nullopt.
+std::optional<std::pair<int, tracer::SymExpr>> SolveLinear(const tracer::SymExpr& e) {
+  std::vector<int> syms = e.symbols();
+  for (auto it = syms.rbegin(); it != syms.rend(); ++it) {
+    const int s = *it;
+    const tracer::SymExpr rest = e.Substitute(s, tracer::SymExpr(0));
+    auto coef = tracer::SymExpr::ExactDiv(e - rest, tracer::SymExpr::Symbol(s));
+    if (!coef || !coef->is_constant()) continue;
+    if (coef->constant() == 1) return std::make_pair(s, tracer::SymExpr(0) - rest);
+    if (coef->constant() == -1) return std::make_pair(s, rest);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
+SymbolResolution ResolveSymbols(const ops::ShapePassResult& shapes) {
+  SymbolResolution res;
+  auto apply = [&](tracer::SymExpr e) {
+    for (const auto& [s, value] : res.resolved) e = e.Substitute(s, value);
+    return e;
+  };
+  for (const auto& req : shapes.requirements) {
+    tracer::SymExpr e = apply(req.lhs - req.rhs);
+    for (const auto& [s, why] : shapes.specialized) {
+      e = e.Substitute(s, tracer::SymExpr(shapes.symbols[s].traced));
+    }
+    if (e.is_constant()) continue;  // held at trace time, so it is 0: implied by other guards
+    auto solved = SolveLinear(e);
+    if (!solved) {
+      res.residual.push_back({e, req.why});
+      continue;
+    }
+    const auto& [s, value] = *solved;
+    for (auto& [t, v] : res.resolved) v = v.Substitute(s, value);
+    res.resolved[s] = value;
+    res.why[s] = req.why;
+  }
+  for (auto& [e, why] : res.residual) e = apply(e);
+  return res;
+}
+
 std::vector<Guard> Dedupe(std::vector<Guard> guards) {
-  std::set<std::tuple<int, int, int, int, int64_t>> seen;
+  std::set<std::string> seen;
   std::vector<Guard> out;
   for (Guard& g : guards) {
-    int64_t key = g.expected;
-    if (g.kind == GuardKind::kDoubleValue) std::memcpy(&key, &g.expected_double, 8);
-    if (!seen.insert({static_cast<int>(g.kind), g.arg, g.dim, g.other_arg, key}).second) continue;
+    int64_t value = g.expected;
+    if (g.kind == GuardKind::kDoubleValue) std::memcpy(&value, &g.expected_double, 8);
+    std::string key = absl::StrCat(static_cast<int>(g.kind), ":", g.arg, ":", g.dim, ":",
+                                   g.other_arg, ":", value);
+    if (g.kind == GuardKind::kSizeRelation) {
+      absl::StrAppend(&key, ":", g.lhs.ToString(), "=", g.rhs.ToString());
+      for (const auto& [a, d] : g.symbols) absl::StrAppend(&key, ":", a, ".", d);
+    }
+    if (!seen.insert(key).second) continue;
     out.push_back(std::move(g));
   }
   return out;
@@ -100,6 +173,14 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
        "the function was traced with this many arguments"});
 
   const std::vector<std::string> first_use = FirstUse(g);
+  std::map<std::pair<int, int>, int> symbol_of;
+  SymbolResolution resolution;
+  if (in.shapes != nullptr) {
+    for (size_t s = 0; s < in.shapes->symbols.size(); ++s) {
+      symbol_of[{in.shapes->symbols[s].arg, in.shapes->symbols[s].dim}] = static_cast<int>(s);
+    }
+    resolution = ResolveSymbols(*in.shapes);
+  }
   // Sizes and strides read through wrappers, per argument.
   std::vector<std::string> size_read(args.size()), stride_read(args.size());
   std::string intermediate_stride_read;
@@ -155,8 +236,36 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     if (!why.empty()) {
       add({GuardKind::kRank, a, -1, -1, t.dim(), 0, why});
       for (int64_t d = 0; d < t.dim(); ++d) {
-        add({GuardKind::kSize, a, static_cast<int>(d), -1, t.sizes()[d], 0,
-             absl::StrCat(why, " (static shapes)")});
+        const int dim = static_cast<int>(d);
+        auto sym = symbol_of.find({a, dim});
+        if (sym == symbol_of.end()) {
+          add({GuardKind::kSize, a, dim, -1, t.sizes()[d], 0, absl::StrCat(why, " (static shapes)")});
+          continue;
+        }
+        const int s = sym->second;
+        if (auto sp = in.shapes->specialized.find(s); sp != in.shapes->specialized.end()) {
+          add({GuardKind::kSize, a, dim, -1, t.sizes()[d], 0, sp->second});
+          continue;
+        }
+        auto r = resolution.resolved.find(s);
+        if (r == resolution.resolved.end()) {
+          add({GuardKind::kSizeAtLeast, a, dim, -1, 2, 0,
+               "dynamic dim (sizes 0 and 1 always specialize)"});
+          continue;
+        }
+        if (r->second.is_constant()) {
+          add({GuardKind::kSize, a, dim, -1, r->second.constant(), 0, resolution.why[s]});
+          continue;
+        }
+        Guard rel{GuardKind::kSizeRelation, a, dim, -1, 0, 0, resolution.why[s]};
+        rel.symbols.push_back({a, dim});
+        rel.lhs = tracer::SymExpr::Symbol(0);
+        rel.rhs = Localize(r->second, *in.shapes, &rel.symbols);
+        add(std::move(rel));
+        if (!r->second.as_symbol()) {
+          add({GuardKind::kSizeAtLeast, a, dim, -1, 2, 0,
+               "dynamic dim (sizes 0 and 1 always specialize)"});
+        }
       }
     }
     std::string stride_why = stride_read[i];
@@ -169,6 +278,14 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
         add({GuardKind::kStride, a, static_cast<int>(d), -1, t.strides()[d], 0, stride_why});
       }
     }
+  }
+
+  for (const auto& [e, why] : resolution.residual) {
+    Guard rel{GuardKind::kSizeRelation, -1, -1, -1, 0, 0, why};
+    rel.lhs = Localize(e, *in.shapes, &rel.symbols);
+    rel.rhs = tracer::SymExpr(0);
+    if (!rel.symbols.empty()) rel.arg = rel.symbols[0].first;
+    add(std::move(rel));
   }
 
   const std::vector<int> mutated = g.MutatedArgs();

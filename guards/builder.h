@@ -4,11 +4,14 @@
 #ifndef WARDEN_GUARDS_BUILDER_H_
 #define WARDEN_GUARDS_BUILDER_H_
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 
 #include "guards/guard.h"
+#include "ops/shape_pass.h"
 #include "tracer/graph.h"
 #include "tracer/tracer.h"
 
@@ -18,7 +21,19 @@ struct BuildInput {
   const tracer::Graph* graph = nullptr;
   const std::vector<tracer::MetadataRead>* reads = nullptr;
   const std::vector<c10::IValue>* args = nullptr;  // the traced call's arguments
+  // The symbolic shape pass over the graph; null means every used size is static.
+  const ops::ShapePassResult* shapes = nullptr;
 };
+
+// What the requirements of a shape pass say about each symbol, after substitution: a symbol is
+// free (only `>= 2` is guarded), equal to an expression over free symbols or a constant, or part
+// of a residual relation that no substitution could absorb.
+struct SymbolResolution {
+  std::map<int, tracer::SymExpr> resolved;   // substituted symbols
+  std::map<int, std::string> why;            // provenance of each substitution
+  std::vector<std::pair<tracer::SymExpr, std::string>> residual;  // expr == 0
+};
+SymbolResolution ResolveSymbols(const ops::ShapePassResult& shapes);
 
 std::vector<Guard> BuildGuards(const BuildInput& in);
 

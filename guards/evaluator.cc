@@ -21,6 +21,10 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
   for (const Guard& g : guards_) {
     Instr in{g.kind, g.arg, g.kind == GuardKind::kAliasing ? g.other_arg : g.dim, g.expected};
     if (g.kind == GuardKind::kDoubleValue) std::memcpy(&in.expected, &g.expected_double, 8);
+    if (g.kind == GuardKind::kSizeRelation) {
+      in.aux = static_cast<int32_t>(relations_.size());
+      relations_.push_back({g.lhs, g.rhs, g.symbols});
+    }
     code_.push_back(in);
   }
 }
@@ -88,6 +92,19 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
       case GuardKind::kSize:
         if (args[in.arg].unsafeToTensorImpl()->sizes()[in.aux] != in.expected) return false;
         break;
+      case GuardKind::kSizeAtLeast:
+        if (args[in.arg].unsafeToTensorImpl()->sizes()[in.aux] < in.expected) return false;
+        break;
+      case GuardKind::kSizeRelation: {
+        const Relation& r = relations_[in.aux];
+        int64_t values[kMaxRelationSymbols];
+        const size_t n = std::min(r.symbols.size(), kMaxRelationSymbols);
+        for (size_t k = 0; k < n; ++k) {
+          values[k] = args[r.symbols[k].first].unsafeToTensorImpl()->sizes()[r.symbols[k].second];
+        }
+        if (r.lhs.Evaluate(values) != r.rhs.Evaluate(values)) return false;
+        break;
+      }
       case GuardKind::kStride:
         if (args[in.arg].unsafeToTensorImpl()->strides()[in.aux] != in.expected) return false;
         break;

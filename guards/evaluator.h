@@ -41,8 +41,17 @@ class GuardProgram {
     int32_t aux;       // dim for kSize/kStride, other argument for kAliasing
     int64_t expected;  // kDoubleValue: the bit pattern of the double
   };
+  struct Relation {
+    tracer::SymExpr lhs, rhs;
+    std::vector<std::pair<int, int>> symbols;  // (arg, dim) of each expression symbol
+  };
+  // Relations evaluate with symbol values on the stack; more symbols than this in one relation
+  // are not supported by the fast path (the builder never makes such guards).
+  static constexpr size_t kMaxRelationSymbols = 16;
+
   std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
   std::vector<Instr> code_;
+  std::vector<Relation> relations_;
 };
 
 }  // namespace warden::guards

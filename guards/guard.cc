@@ -125,7 +125,8 @@ int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
     case GuardKind::kLayout: return static_cast<int64_t>(t->layout());
     case GuardKind::kRequiresGrad: return t->requires_grad();
     case GuardKind::kRank: return t->dim();
-    case GuardKind::kSize: return g.dim < t->dim() ? t->sizes()[g.dim] : -1;
+    case GuardKind::kSize:
+    case GuardKind::kSizeAtLeast: return g.dim < t->dim() ? t->sizes()[g.dim] : -1;
     case GuardKind::kStride: return g.dim < t->dim() ? t->strides()[g.dim] : -1;
     case GuardKind::kAliasing: {
       const c10::IValue& o = args.at(g.other_arg);
@@ -137,7 +138,40 @@ int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
   }
 }
 
+std::vector<int64_t> SymbolValues(const Guard& g, const std::vector<c10::IValue>& args) {
+  std::vector<int64_t> values;
+  for (const auto& [arg, dim] : g.symbols) {
+    int64_t v = -1;
+    if (arg >= 0 && arg < static_cast<int>(args.size()) && args[arg].isTensor() &&
+        args[arg].toTensor().defined() && dim < args[arg].toTensor().dim()) {
+      v = args[arg].toTensor().sizes()[dim];
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+namespace {
+std::string SymbolText(const Guard& g, int k, const std::vector<std::string>& names) {
+  const auto& [arg, dim] = g.symbols.at(k);
+  const std::string n = arg >= 0 && arg < static_cast<int>(names.size()) ? names[arg] : absl::StrCat("arg", arg);
+  return absl::StrCat(n, ".size(", dim, ")");
+}
+std::string RelationText(const Guard& g, const std::vector<std::string>& names) {
+  auto namer = [&](int k) { return SymbolText(g, k, names); };
+  return absl::StrCat(g.lhs.ToString(namer), " == ", g.rhs.ToString(namer));
+}
+}  // namespace
+
 bool Holds(const Guard& g, const std::vector<c10::IValue>& args) {
+  if (g.kind == GuardKind::kSizeRelation) {
+    const std::vector<int64_t> v = SymbolValues(g, args);
+    for (int64_t x : v) {
+      if (x < 0) return false;
+    }
+    return g.lhs.Evaluate(v.data()) == g.rhs.Evaluate(v.data());
+  }
+  if (g.kind == GuardKind::kSizeAtLeast) return Actual(g, args) >= g.expected;
   if (g.kind == GuardKind::kDoubleValue) {
     const c10::IValue& v = args.at(g.arg);
     return v.isDouble() && SameDouble(v.toDouble(), g.expected_double);
@@ -163,6 +197,9 @@ std::string Describe(const Guard& g, const std::vector<std::string>& names) {
       return absl::StrCat(name(g.arg), ".requires_grad == ", BoolText(g.expected));
     case GuardKind::kRank: return absl::StrCat(name(g.arg), ".dim() == ", g.expected);
     case GuardKind::kSize: return absl::StrCat(name(g.arg), ".size(", g.dim, ") == ", g.expected);
+    case GuardKind::kSizeAtLeast:
+      return absl::StrCat(name(g.arg), ".size(", g.dim, ") >= ", g.expected);
+    case GuardKind::kSizeRelation: return RelationText(g, names);
     case GuardKind::kStride: return absl::StrCat(name(g.arg), ".stride(", g.dim, ") == ", g.expected);
     case GuardKind::kIntValue: return absl::StrCat(name(g.arg), " == ", g.expected);
     case GuardKind::kDoubleValue: return absl::StrCat(name(g.arg), " == ", DoubleText(g.expected_double));
@@ -223,6 +260,14 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
     case GuardKind::kStride:
       return absl::StrCat(tensor, "stride mismatch at index ", g.dim, ". expected ", g.expected,
                           ", actual ", actual);
+    case GuardKind::kSizeAtLeast:
+      return absl::StrCat(name(g.arg), ".size(", g.dim, ") >= ", g.expected, " failed: actual ",
+                          actual);
+    case GuardKind::kSizeRelation: {
+      const std::vector<int64_t> v = SymbolValues(g, args);
+      return absl::StrCat(RelationText(g, names), " failed: ", g.lhs.Evaluate(v.data()), " vs ",
+                          g.rhs.Evaluate(v.data()), " (", g.provenance, ")");
+    }
     case GuardKind::kIntValue:
       return absl::StrCat("scalar '", name(g.arg), "' value mismatch. expected ", g.expected,
                           ", actual ", actual);

@@ -10,6 +10,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "tracer/sym_expr.h"
+
 namespace warden::guards {
 
 // One table lists the kinds, cheapest first: the evaluator runs guards in this order, and every
@@ -26,6 +28,8 @@ namespace warden::guards {
   X(kRequiresGrad, "requires_grad")                                        \
   X(kRank, "rank")                                                         \
   X(kSize, "size")                                                         \
+  X(kSizeAtLeast, "size_at_least")  /* a symbolic dim: size >= expected */  \
+  X(kSizeRelation, "size_relation") /* lhs == rhs over argument sizes */    \
   X(kStride, "stride")                                                     \
   X(kIntValue, "int_value")                                                \
   X(kDoubleValue, "double_value")                                          \
@@ -52,7 +56,14 @@ struct Guard {
   int64_t expected = 0;       // ints, sizes, strides, enums (dtype, device type, layout), bools
   double expected_double = 0; // kDoubleValue
   std::string provenance;     // who needed it: "used by aten::add.Tensor at %0", "read by user code"
+  // kSizeRelation: lhs == rhs, where symbol k of the expressions is
+  // args[symbols[k].first].size(symbols[k].second).
+  tracer::SymExpr lhs, rhs;
+  std::vector<std::pair<int, int>> symbols;
 };
+
+// The values of a relation guard's symbols on `args` (sizes; -1 where unreadable).
+std::vector<int64_t> SymbolValues(const Guard& g, const std::vector<c10::IValue>& args);
 
 // Reads the property a guard checks from the current call, as an integer (doubles bit-cast);
 // used by the verbose path and by tests.

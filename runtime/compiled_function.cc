@@ -1,6 +1,7 @@
 // compile() and the call path of a CompiledFunction: guard check against the current snapshot
 // (hit), otherwise trace + build guards + compile + publish (miss), with the recompile event.
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,6 +78,55 @@ void CompiledFunction::Impl::RecordEvent(RecompileEvent event) {
     ++dropped_events_;
   }
   events_.push_back(std::move(event));
+}
+
+std::set<std::pair<int, int>> CompiledFunction::Impl::DynamicDims(
+    const std::vector<c10::IValue>& args,
+    const std::vector<std::shared_ptr<const CacheEntry>>& entries,
+    std::set<std::pair<int, int>>* newly_dynamic) {
+  std::set<std::pair<int, int>> dims;
+  auto rank_of = [&](size_t i) -> int64_t {
+    return args[i].isTensor() && args[i].toTensor().defined() ? args[i].toTensor().dim() : -1;
+  };
+  if (options_.dynamic == Dynamic::kAuto && !entries.empty()) {
+    // Automatic dynamic: a dim whose size differs from the most recently used entry's trace
+    // becomes symbolic from now on; a rank change makes the whole argument symbolic.
+    const tracer::Graph& prev = *entries.front()->graph;
+    for (size_t i = 0; i < args.size() && i < prev.arg_values.size(); ++i) {
+      if (prev.arg_values[i] == tracer::kNoValue || rank_of(i) < 0) continue;
+      const auto& before = prev.value(prev.arg_values[i]).meta.sizes;
+      const auto now = args[i].toTensor().sizes();
+      const int a = static_cast<int>(i);
+      if (static_cast<int64_t>(before.size()) != rank_of(i)) {
+        for (int64_t d = 0; d < rank_of(i); ++d) {
+          if (auto_dynamic_.insert({a, static_cast<int>(d)}).second) newly_dynamic->insert({a, static_cast<int>(d)});
+        }
+        continue;
+      }
+      for (size_t d = 0; d < before.size(); ++d) {
+        if (before[d] != now[d] && auto_dynamic_.insert({a, static_cast<int>(d)}).second) {
+          newly_dynamic->insert({a, static_cast<int>(d)});
+        }
+      }
+    }
+  }
+  if (options_.dynamic == Dynamic::kAuto) dims = auto_dynamic_;
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (int64_t d = 0; d < rank_of(i); ++d) {
+      const std::pair<int, int> key{static_cast<int>(i), static_cast<int>(d)};
+      auto hint = dim_hints_.find(key);
+      if (hint != dim_hints_.end()) {
+        if (hint->second) {
+          dims.insert(key);
+        } else {
+          dims.erase(key);
+        }
+      } else if (options_.dynamic == Dynamic::kDynamic) {
+        dims.insert(key);
+      }
+    }
+  }
+  return dims;
 }
 
 std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IValue>& args) {
@@ -167,7 +217,17 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
 
   // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
   // leave no entry behind.
-  tracer::TraceResult trace = tracer::Trace(fn_, args, names);
+  tracer::TraceResult trace;
+  try {
+    trace = tracer::Trace(fn_, args, names);
+  } catch (...) {
+    if (!entries.empty()) {
+      event.action = "retraced: the function raised an exception (no entry added)";
+      if (logs_.recompiles) runtime::LogToStderr(log);
+      RecordEvent(std::move(event));
+    }
+    throw;
+  }
   if (!trace.untraceable.empty()) {
     eager_reason_ = trace.untraceable;
     eager_calls_.fetch_add(1);
@@ -190,6 +250,22 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   entry->graph = trace.graph;
   entry->rule_mismatches = trace.rule_mismatches;
   guards::BuildInput in{trace.graph.get(), &trace.reads, &args};
+  std::set<std::pair<int, int>> newly_dynamic;
+  const std::set<std::pair<int, int>> dynamic = DynamicDims(args, entries, &newly_dynamic);
+  std::string became_dynamic;
+  if (!dynamic.empty()) {
+    entry->shapes = std::make_shared<ops::ShapePassResult>(
+        ops::PropagateShapes(*trace.graph, trace.reads, dynamic));
+    in.shapes = entry->shapes.get();
+    std::vector<std::string> names_now;
+    for (size_t k = 0; k < entry->shapes->symbols.size(); ++k) {
+      const ops::SymbolSource& src = entry->shapes->symbols[k];
+      if (newly_dynamic.count({src.arg, src.dim}) && !entry->shapes->specialized.count(static_cast<int>(k))) {
+        names_now.push_back(ops::SymbolName(src, names));
+      }
+    }
+    if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
+  }
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
 
   std::unique_ptr<Backend> backend = ChooseBackend(options_, &entry->backend_note);
@@ -224,7 +300,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
                                       entry->index, ":\n  ", absl::StrJoin(GuardLines(*entry, names), "\n  ")));
   }
   if (!entries.empty()) {
-    event.action = "recompiled";
+    event.action = absl::StrCat("recompiled", became_dynamic);
     if (logs_.recompiles) runtime::LogToStderr(log);
     RecordEvent(std::move(event));
   }
@@ -318,6 +394,7 @@ void CompiledFunction::reset() {
   impl_->next_entry_index_ = 0;
   impl_->eager_reason_.clear();
   impl_->limit_warned_ = false;
+  impl_->auto_dynamic_.clear();
 }
 
 }  // namespace warden

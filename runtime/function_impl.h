@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "guards/evaluator.h"
+#include "ops/shape_pass.h"
 #include "runtime/backend.h"
 #include "runtime/logging.h"
 #include "runtime/warden.h"
@@ -27,6 +29,7 @@ struct CacheEntry {
   std::string backend;              // the backend that actually compiled it
   std::string backend_note;         // why it differs from Options.backend, if it does
   std::vector<std::string> rule_mismatches;
+  std::shared_ptr<const ops::ShapePassResult> shapes;  // null: every used size is static
   mutable std::atomic<int64_t> last_used{0};  // call index of the last hit (MRU order)
   mutable std::atomic<int64_t> hits{0};
 };
@@ -61,6 +64,7 @@ class CompiledFunction::Impl {
   std::string eager_reason_;        // non-empty: the function is not traceable, always eager
   bool limit_warned_ = false;
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
+  std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;
@@ -71,6 +75,11 @@ class CompiledFunction::Impl {
   std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,
                                const std::map<int, std::string>& value_failures);
   void RecordEvent(RecompileEvent event);                                // requires mu_
+  // The (arg, dim) pairs to make symbolic in the next compile: automatic dynamic (kAuto),
+  // every dim (kDynamic), then mark_dynamic / mark_static hints. Requires mu_.
+  std::set<std::pair<int, int>> DynamicDims(const std::vector<c10::IValue>& args,
+                                            const std::vector<std::shared_ptr<const CacheEntry>>& entries,
+                                            std::set<std::pair<int, int>>* newly_dynamic);
 };
 
 // Rendering of one entry's guards: "arg0.size(0) == 3  # used by aten::add.Tensor at %0 ...".

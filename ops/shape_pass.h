@@ -1,0 +1,47 @@
+// The symbolic shape pass: runs the registered shape rules over a traced graph with some argument
+// dims replaced by size symbols, and reports what the graph then requires of those symbols
+// (relations such as s0 == s1) and which symbols something had to see concretely
+// (specializations, with who needed them). guards/builder.cc turns the result into guards.
+#ifndef WARDEN_OPS_SHAPE_PASS_H_
+#define WARDEN_OPS_SHAPE_PASS_H_
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/registry.h"
+#include "tracer/graph.h"
+#include "tracer/sym_expr.h"
+#include "tracer/tracer.h"
+
+namespace warden::ops {
+
+struct SymbolSource {
+  int arg = -1;
+  int dim = -1;
+  int64_t traced = 0;  // the size seen at trace time
+};
+
+struct ShapePassResult {
+  std::vector<SymbolSource> symbols;    // symbol id -> where its value comes from
+  std::vector<Shape> shapes;            // per value id (empty for non-tensors)
+  std::vector<SymbolicFacts::Requirement> requirements;  // why: "required by aten::x at %3 (...)"
+  std::map<int, std::string> specialized;                 // symbol -> why it became static
+  int iterations = 0;
+};
+
+// Makes (arg, dim) symbolic for every pair in `dynamic` whose traced size is >= 2 (sizes 0 and 1
+// always specialize: broadcasting and empty tensors behave differently). `dim == -1` in a pair
+// means every dim of that argument.
+ShapePassResult PropagateShapes(const tracer::Graph& graph,
+                                const std::vector<tracer::MetadataRead>& reads,
+                                const std::set<std::pair<int, int>>& dynamic);
+
+// "arg0.size(1)" for a symbol, given argument names.
+std::string SymbolName(const SymbolSource& s, const std::vector<std::string>& arg_names);
+
+}  // namespace warden::ops
+
+#endif  // WARDEN_OPS_SHAPE_PASS_H_

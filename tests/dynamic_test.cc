@@ -1,0 +1,172 @@
+// Acceptance scenarios for dynamic shapes through the public API: automatic dynamic, kDynamic,
+// mark_dynamic / mark_static, 0/1 specialization, relational guards and their reasons. These are
+// the behaviours Dynamo documents for torch.compile(dynamic=None/True/False).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/warden.h"
+
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+warden::Options Mode(warden::Dynamic d, const std::string& name = "fn") {
+  warden::Options o;
+  o.name = name;
+  o.backend = "aten";
+  o.dynamic = d;
+  return o;
+}
+
+std::vector<at::Tensor> AddMul(const std::vector<c10::IValue>& a) {
+  return {(a[0].toTensor() + a[1].toTensor()).relu() * 3};
+}
+
+void ExpectSame(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].sizes(), want[i].sizes());
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-5, 1e-6, true));
+  }
+}
+
+TEST(Dynamic, AutomaticDynamicAfterOneSizeChange) {
+  auto f = warden::compile(AddMul, Mode(warden::Dynamic::kAuto));
+  auto y = torch::randn({4});
+  for (int64_t n : {3, 5, 7, 9, 100, 2}) {
+    auto x = torch::randn({n, 4});
+    ExpectSame(f({x, y}), AddMul({x, y}));
+  }
+  EXPECT_EQ(f.stats().compiles, 2);
+  auto events = f.recompiles();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].action, "recompiled with arg0.size(0) dynamic");
+  EXPECT_THAT(events[0].reasons, ElementsAre("tensor 'arg0' size mismatch at index 0. expected 3, actual 5"));
+  EXPECT_THAT(f.guards(1), testing::Contains(HasSubstr("arg0.size(0) >= 2")));
+}
+
+TEST(Dynamic, StaticModeCompilesPerSize) {
+  auto f = warden::compile(AddMul, Mode(warden::Dynamic::kStatic));
+  auto y = torch::randn({4});
+  for (int64_t n : {3, 5, 7, 9}) f({torch::randn({n, 4}), y});
+  EXPECT_EQ(f.stats().compiles, 4);
+}
+
+TEST(Dynamic, SizeOneSpecializes) {
+  auto f = warden::compile(AddMul, Mode(warden::Dynamic::kDynamic));
+  auto y = torch::randn({4});
+  f({torch::randn({3, 4}), y});
+  f({torch::randn({6, 4}), y});
+  EXPECT_EQ(f.stats().compiles, 1);
+  auto x1 = torch::randn({1, 4});
+  ExpectSame(f({x1, y}), AddMul({x1, y}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.recompiles().at(0).reasons.at(0), "arg0.size(0) >= 2 failed: actual 1");
+  auto x0 = torch::randn({0, 4});
+  ExpectSame(f({x0, y}), AddMul({x0, y}));
+  EXPECT_EQ(f.stats().compiles, 3);
+}
+
+TEST(Dynamic, BroadcastRelationGuard) {
+  auto f = warden::compile(AddMul, Mode(warden::Dynamic::kDynamic));
+  f({torch::randn({3, 4}), torch::randn({3, 4})});
+  // Same relation, new sizes: hit.
+  auto a = torch::randn({5, 6}), b = torch::randn({5, 6});
+  ExpectSame(f({a, b}), AddMul({a, b}));
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 1);
+  const auto g = f.guards(0);
+  EXPECT_THAT(g, testing::Contains(HasSubstr("arg1.size(0) == arg0.size(0)  # required by aten::add.Tensor at %0")));
+  // Broadcasting the other way (size 1) breaks the relation: recompile, eager semantics.
+  auto c = torch::randn({5, 1});
+  ExpectSame(f({a, c}), AddMul({a, c}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.recompiles().at(0).reasons.at(0),
+            "arg1.size(1) == arg0.size(1) failed: 1 vs 6 (required by aten::add.Tensor at %0)");
+  // A real mismatch raises what eager raises.
+  EXPECT_THROW(f({torch::randn({5, 6}), torch::randn({4, 6})}), c10::Error);
+}
+
+TEST(Dynamic, RelationFailureReasonNamesTheOp) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {torch::cat({a[0].toTensor(), a[1].toTensor()}, 0) + a[2].toTensor()};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kDynamic));
+  f({torch::randn({2, 3}), torch::randn({4, 3}), torch::randn({6, 3})});
+  auto x = torch::randn({3, 3}), y = torch::randn({5, 3}), z = torch::randn({8, 3});
+  ExpectSame(f({x, y, z}), fn({x, y, z}));
+  EXPECT_EQ(f.stats().compiles, 1);
+  // z no longer matches the concatenation: the relation fails (then eager raises).
+  EXPECT_THROW(f({x, y, torch::randn({9, 3})}), c10::Error);
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_EQ(f.recompiles()[0].action, "retraced: the function raised an exception (no entry added)");
+  EXPECT_THAT(f.recompiles()[0].reasons.at(0),
+              testing::MatchesRegex("arg2.size\\(0\\) == .* failed: 9 vs 8 \\(required by aten::add.Tensor at %1\\)"));
+}
+
+TEST(Dynamic, MarkDynamicAndMarkStatic) {
+  auto f = warden::compile(AddMul, Mode(warden::Dynamic::kStatic));
+  f.mark_dynamic(0, 0);
+  auto y = torch::randn({4});
+  for (int64_t n : {3, 5, 7}) f({torch::randn({n, 4}), y});
+  EXPECT_EQ(f.stats().compiles, 1);
+
+  auto g = warden::compile(AddMul, Mode(warden::Dynamic::kDynamic));
+  g.mark_static(0, 0);
+  auto y6 = torch::randn({6, 4});
+  g({torch::randn({6, 4}), y6});
+  g({torch::randn({6, 4}), y6});
+  EXPECT_EQ(g.stats().compiles, 1);
+  EXPECT_THAT(g.guards(0), testing::Contains(HasSubstr("arg0.size(0) == 6")));
+}
+
+TEST(Dynamic, BoolFlagTimesSize) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    return {a[1].toBool() ? x.sin() : x.cos()};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kAuto));
+  for (bool flag : {true, false}) {
+    for (int64_t n : {3, 4, 5, 6}) {
+      auto x = torch::randn({n});
+      ExpectSame(f({x, flag}), fn({x, flag}));
+    }
+  }
+  // true: static(3) + dynamic; false: one more (the flag is a value guard; the dim is already dynamic).
+  EXPECT_EQ(f.stats().compiles, 3);
+}
+
+TEST(Dynamic, SizeReadSpecializes) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    return {x.view({x.size(0) * x.size(1)})};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kDynamic));
+  f({torch::randn({3, 4})});
+  auto x = torch::randn({5, 4});
+  ExpectSame(f({x}), fn({x}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg0.size(0) == 3  # sizes of %arg0 read by user code")));
+}
+
+TEST(Dynamic, SequenceSweepCompilesAtMostThreeTimes) {
+  c10::InferenceMode guard;
+  const int64_t d = 16;
+  auto wq = torch::randn({d, d}), wk = torch::randn({d, d}), wv = torch::randn({d, d});
+  auto attn = [&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    auto q = torch::matmul(x, wq), k = torch::matmul(x, wk), v = torch::matmul(x, wv);
+    auto s = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / 4.0, -1);
+    return {torch::layer_norm(torch::matmul(s, v) + x, {d})};
+  };
+  auto f = warden::compile(attn, Mode(warden::Dynamic::kAuto));
+  for (int64_t n = 1; n <= 64; ++n) {
+    auto x = torch::randn({2, n, d});
+    ExpectSame(f({x}), attn({x}));
+  }
+  EXPECT_LE(f.stats().compiles, 3) << f.explain();
+}
+
+}  // namespace
