@@ -68,6 +68,17 @@ std::vector<std::shared_ptr<const CacheEntry>> CompiledFunction::Impl::EntriesMr
 void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntry>> entries) {
   auto snap = std::make_unique<Snapshot>();
   snap->entries = std::move(entries);
+  for (const auto& e : snap->entries) {
+    Snapshot::Group* group = nullptr;
+    for (Snapshot::Group& g : snap->groups) {
+      if (g.mask == e->signature.mask) group = &g;
+    }
+    if (group == nullptr) {
+      snap->groups.push_back({e->signature.mask, {}});
+      group = &snap->groups.back();
+    }
+    group->by_key[e->signature.key].push_back(e.get());
+  }
   snapshot_.store(snap.get(), std::memory_order_release);
   snapshots_.push_back(std::move(snap));
 }
@@ -139,19 +150,25 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
   }
   // Hot path. Budget: guard programs of the entries plus the artifact; no lock, no allocation
   // before the artifact runs.
+  // Lookup is one hash per signature mask (usually one or two per function), so its cost does
+  // not grow with the number of entries; the guard program confirms each candidate.
   std::map<int, std::string> value_failures;
   const Snapshot* snap = snapshot_.load(std::memory_order_acquire);
-  for (const auto& e : snap->entries) {
-    if (!e->program.Check(args.data(), args.size())) continue;
-    std::vector<at::Tensor> outputs;
-    std::string failure;
-    if (e->artifact->Run(args, &outputs, &failure)) {
-      hits_.fetch_add(1, std::memory_order_relaxed);
-      e->hits.fetch_add(1, std::memory_order_relaxed);
-      e->last_used.store(call_index, std::memory_order_relaxed);
-      return outputs;
+  for (const Snapshot::Group& group : snap->groups) {
+    auto bucket = group.by_key.find(guards::HashCall(group.mask, args.data(), args.size()));
+    if (bucket == group.by_key.end()) continue;
+    for (const CacheEntry* e : bucket->second) {
+      if (!e->program.Check(args.data(), args.size())) continue;
+      std::vector<at::Tensor> outputs;
+      std::string failure;
+      if (e->artifact->Run(args, &outputs, &failure)) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        e->hits.fetch_add(1, std::memory_order_relaxed);
+        e->last_used.store(call_index, std::memory_order_relaxed);
+        return outputs;
+      }
+      value_failures[e->index] = std::move(failure);
     }
-    value_failures[e->index] = std::move(failure);
   }
   return Miss(args, call_index, value_failures);
 }
@@ -267,6 +284,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   }
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
+  entry->signature = guards::SignatureOf(entry->program.guards());
 
   std::unique_ptr<Backend> backend = ChooseBackend(options_, &entry->backend_note);
   if (backend == nullptr) {

@@ -9,9 +9,11 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "guards/evaluator.h"
+#include "guards/signature.h"
 #include "ops/shape_pass.h"
 #include "runtime/backend.h"
 #include "runtime/logging.h"
@@ -24,6 +26,7 @@ struct CacheEntry {
   int index = 0;                    // E in "F/E": creation order within the function
   int64_t created_at_call = 0;
   guards::GuardProgram program;
+  guards::Signature signature;
   std::shared_ptr<const tracer::Graph> graph;
   std::unique_ptr<Artifact> artifact;
   std::string backend;              // the backend that actually compiled it
@@ -38,6 +41,13 @@ struct CacheEntry {
 // freed, until the function is destroyed, so a reader never sees freed memory without a lock.
 struct Snapshot {
   std::vector<std::shared_ptr<const CacheEntry>> entries;  // newest first
+
+  // Entries grouped by signature mask; within a group, by signature key (newest first).
+  struct Group {
+    std::vector<guards::Probe> mask;
+    std::unordered_map<uint64_t, std::vector<const CacheEntry*>> by_key;
+  };
+  std::vector<Group> groups;
 };
 
 class CompiledFunction::Impl {

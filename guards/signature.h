@@ -1,0 +1,42 @@
+// Guard signatures: the part of a guard program that is an exact match on one property (argument
+// count and types, dtypes, ranks, static sizes, scalar values). Entries with the same set of
+// matched properties (the same mask) are found by hashing those properties of a call, so cache
+// lookup does not grow with the number of entries; the full guard program then confirms the
+// candidate (hash collisions, relations, >= 2 bounds).
+#ifndef WARDEN_GUARDS_SIGNATURE_H_
+#define WARDEN_GUARDS_SIGNATURE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "guards/guard.h"
+
+namespace warden::guards {
+
+struct Probe {
+  GuardKind kind;
+  int32_t arg;
+  int32_t dim;
+  friend bool operator==(const Probe& a, const Probe& b) {
+    return a.kind == b.kind && a.arg == b.arg && a.dim == b.dim;
+  }
+};
+
+struct Signature {
+  std::vector<Probe> mask;  // in guard evaluation order
+  uint64_t key = 0;         // hash of the expected values, as HashCall computes it for a match
+};
+
+// The signature of a guard list (which must be in evaluation order, as GuardProgram keeps it).
+Signature SignatureOf(const std::vector<Guard>& guards);
+
+// Hot path. Budget: one read and one multiply per probe; no allocation, no throw. Probes of
+// arguments that are missing or of another type hash a sentinel, so they never match by accident
+// more than a hash collision would (and the guard program rejects those).
+uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args) noexcept;
+
+}  // namespace warden::guards
+
+#endif  // WARDEN_GUARDS_SIGNATURE_H_
