@@ -135,13 +135,39 @@ class ReplayArtifact final : public Artifact {
     }
   }
 
-  // Hot path: one boxed call per node. Allocates the slot array and one stack per run (the
-  // "cpp" backend is the allocation-free path); takes no lock.
+  // Hot path: one boxed call per node; takes no lock. The slot array and the stack are per-thread
+  // scratch buffers reused across runs (allocation only when a graph needs more than any before
+  // on this thread); tensor lists and the outputs vector still allocate.
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
-    std::vector<c10::IValue> slots(num_slots_);
-    for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
+    thread_local Scratch scratch;
+    Scratch local;
+    Scratch& buffers = scratch.busy ? local : scratch;  // re-entrant runs get their own
+    buffers.busy = true;
+    struct Release {
+      Scratch& s;
+      ~Release() {
+        s.slots.clear();  // drop the references, keep the capacity
+        s.stack.clear();
+        s.busy = false;
+      }
+    } release{buffers};
+    return RunWith(args, outputs, value_guard_failure, buffers);
+  }
+
+ private:
+  struct Scratch {
+    std::vector<c10::IValue> slots;
     torch::jit::Stack stack;
+    bool busy = false;
+  };
+
+  bool RunWith(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
+               std::string* value_guard_failure, Scratch& buffers) const {
+    std::vector<c10::IValue>& slots = buffers.slots;
+    slots.resize(num_slots_);
+    for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
+    torch::jit::Stack& stack = buffers.stack;
     for (const Step& s : steps_) {
       stack.clear();
       stack.reserve(s.args.size());
@@ -230,7 +256,6 @@ class ReplayArtifact final : public Artifact {
     return true;
   }
 
- private:
   std::shared_ptr<const Graph> graph_;
   std::vector<int> slot_of_;
   int num_slots_ = 0;
