@@ -311,7 +311,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
 
   if (logs_.graph) {
     runtime::LogToStderr(absl::StrCat("warden: graph of ", options_.name, " entry ", id_, "/",
-                                      entry->index, ":\n", entry->graph->ToString()));
+                                      entry->index, ":\n", GraphText(*entry)));
   }
   if (logs_.guards) {
     runtime::LogToStderr(absl::StrCat("warden: guards of ", options_.name, " entry ", id_, "/",

@@ -21,6 +21,14 @@ const char* DynamicName(Dynamic d) {
 
 }  // namespace
 
+std::string GraphText(const CacheEntry& e) {
+  if (e.shapes == nullptr || e.shapes->symbols.empty()) return e.graph->ToString();
+  const ops::ShapePassResult& shapes = *e.shapes;
+  return e.graph->ToString([&shapes](tracer::ValueId id) {
+    return tracer::SymShapeString(shapes.shapes.at(id));
+  });
+}
+
 std::string CompiledFunction::explain() const {
   const Impl& f = *impl_;
   std::lock_guard<std::mutex> lock(f.mu_);
@@ -40,8 +48,17 @@ std::string CompiledFunction::explain() const {
                     e->created_at_call, ", hits ", e->hits.load(), "\n");
     if (!e->backend_note.empty()) absl::StrAppend(&out, "  note: ", e->backend_note, "\n");
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
+    if (e->shapes != nullptr && !e->shapes->symbols.empty()) {
+      absl::StrAppend(&out, "  symbols:");
+      for (size_t k = 0; k < e->shapes->symbols.size(); ++k) {
+        absl::StrAppend(&out, " s", k, " = ", ops::SymbolName(e->shapes->symbols[k], names),
+                        e->shapes->specialized.count(static_cast<int>(k)) ? " (specialized)" : "",
+                        k + 1 < e->shapes->symbols.size() ? "," : "");
+      }
+      absl::StrAppend(&out, "\n");
+    }
     absl::StrAppend(&out, "  graph:\n");
-    for (absl::string_view line : absl::StrSplit(e->graph->ToString(), '\n', absl::SkipEmpty())) {
+    for (absl::string_view line : absl::StrSplit(GraphText(*e), '\n', absl::SkipEmpty())) {
       absl::StrAppend(&out, "    ", line, "\n");
     }
     absl::StrAppend(&out, "  guards (", e->program.size(), "):\n");
@@ -86,7 +103,7 @@ std::string CompiledFunction::explain_json() const {
                        {"backend_note", e->backend_note},
                        {"created_at_call", e->created_at_call},
                        {"hits", e->hits.load()},
-                       {"graph", e->graph->ToString()},
+                       {"graph", GraphText(*e)},
                        {"num_nodes", e->graph->nodes.size()},
                        {"guards", guards},
                        {"rule_mismatches", e->rule_mismatches}});

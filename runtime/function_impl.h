@@ -92,6 +92,9 @@ class CompiledFunction::Impl {
                                             std::set<std::pair<int, int>>* newly_dynamic);
 };
 
+// The entry's graph, with symbolic shapes (s0, s0*s1, ...) where it has any.
+std::string GraphText(const CacheEntry& e);
+
 // Rendering of one entry's guards: "arg0.size(0) == 3  # used by aten::add.Tensor at %0 ...".
 std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::string>& names);
 

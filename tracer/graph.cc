@@ -177,19 +177,24 @@ std::string Graph::ValueName(ValueId id) const {
 
 namespace {
 
-std::string TypeString(const Value& v) {
+using ShapeOf = std::function<std::string(ValueId)>;
+
+std::string TypeString(const Value& v, const ShapeOf& shape_of = nullptr) {
   if (!v.is_tensor) return absl::StrCat("scalar = ", IValueString(v.traced_scalar));
-  return absl::StrCat(DtypeShort(v.meta.dtype), ShapeString(v.meta.sizes));
+  return absl::StrCat(DtypeShort(v.meta.dtype), shape_of ? shape_of(v.id) : ShapeString(v.meta.sizes));
 }
 
 }  // namespace
 
-std::string Graph::ToString() const {
+std::string Graph::ToString() const { return ToString(nullptr); }
+
+std::string Graph::ToString(const ShapeOf& shape_of) const {
   std::string out = "graph(";
   std::vector<std::string> params;
   for (size_t i = 0; i < arg_kinds.size(); ++i) {
     if (arg_values[i] != kNoValue) {
-      params.push_back(absl::StrCat(ValueName(arg_values[i]), ": ", TypeString(value(arg_values[i]))));
+      params.push_back(
+          absl::StrCat(ValueName(arg_values[i]), ": ", TypeString(value(arg_values[i]), shape_of)));
     } else {
       params.push_back(absl::StrCat("%", arg_names[i], ": ", ArgKindName(arg_kinds[i])));
     }
@@ -206,7 +211,7 @@ std::string Graph::ToString() const {
     for (const NodeReturn& r : n.returns) {
       for (ValueId id : r.values) {
         results.push_back(ValueName(id));
-        types.push_back(TypeString(value(id)));
+        types.push_back(TypeString(value(id), shape_of));
       }
     }
     std::vector<std::string> args;

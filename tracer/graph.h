@@ -10,6 +10,7 @@
 #define WARDEN_TRACER_GRAPH_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -131,6 +132,8 @@ class Graph {
 
   // Canonical text: arguments by name, constants %c0.., node results %<node>[.<k>].
   std::string ToString() const;
+  // The same, with each tensor value's shape text supplied by `shape_of` (symbolic shapes).
+  std::string ToString(const std::function<std::string(ValueId)>& shape_of) const;
   std::string ValueName(ValueId id) const;
 };
 
