@@ -244,6 +244,18 @@ Dim DivFloor(const ShapeContext& ctx, const Dim& a, const Dim& b, absl::string_v
     return b.constant() == 0 ? Dim(0) : Dim(a.constant() / b.constant());
   }
   if (auto q = Dim::ExactDiv(a, b)) return *q;
+  // Specializing one symbol is often enough (reshape(-1, 4) of [s0, s1] needs only s1 = 8):
+  // try the innermost ones first, since reshapes usually merge or split trailing dims.
+  if (b.is_constant() && ctx.facts() != nullptr && ctx.facts()->evaluate) {
+    const std::vector<int> syms = a.symbols();
+    for (auto it = syms.rbegin(); it != syms.rend(); ++it) {
+      const Dim fixed = a.Substitute(*it, Dim(ctx.facts()->evaluate(Dim::Symbol(*it))));
+      if (auto q = Dim::ExactDiv(fixed, b)) {
+        ctx.facts()->specialized.emplace(*it, std::string(why));
+        return *q;
+      }
+    }
+  }
   Specialize(ctx, a, why);
   Specialize(ctx, b, why);
   const int64_t den = Value(ctx, b);

@@ -169,4 +169,73 @@ TEST(Dynamic, SequenceSweepCompilesAtMostThreeTimes) {
   EXPECT_LE(f.stats().compiles, 3) << f.explain();
 }
 
+TEST(Dynamic, CacheLimitUnderAuto) {
+  // Under kAuto one size change makes the dim symbolic, so sizes alone cannot fill the cache;
+  // dtype changes can. The limit then applies exactly as under kStatic.
+  auto o = Mode(warden::Dynamic::kAuto);
+  o.cache_size_limit = 3;
+  auto f = warden::compile(AddMul, o);
+  auto y = torch::randn({4});
+  for (int64_t n : {2, 3, 4, 5, 6, 7, 8}) f({torch::randn({n, 4}), y});
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  testing::internal::CaptureStderr();
+  auto xd = torch::randn({5, 4}, torch::kDouble);
+  f({xd, y.to(torch::kDouble)});
+  auto xi = torch::randint(0, 5, {5, 4});
+  auto yi = torch::randint(0, 5, {4});
+  auto out = f({xi, yi});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(torch::equal(out[0], AddMul({xi, yi})[0]));
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_EQ(f.stats().eager_calls, 1);
+  EXPECT_THAT(err, HasSubstr("warden hit cache_size_limit (3)"));
+  EXPECT_EQ(f.recompiles().back().action, "cache_size_limit (3) hit: ran eagerly");
+  EXPECT_EQ(f.recompiles().back().reasons.size(), 3u);
+}
+
+TEST(Dynamic, ScalarArgumentsStaySpecializedUnderAuto) {
+  // C++ scalars cannot be made symbolic soundly (branches on them are invisible to the tracer):
+  // each value is its own entry, with the value in the reason.
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor() * a[1].toDouble()};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kAuto));
+  auto x = torch::randn({3});
+  for (double v : {0.5, 1.5, 2.5}) ExpectSame(f({x, v}), fn({x, v}));
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_EQ(f.recompiles().at(0).reasons.at(0), "scalar 'arg1' value mismatch. expected 0.5, actual 1.5");
+  EXPECT_EQ(f.recompiles().at(0).action, "recompiled");
+}
+
+TEST(Dynamic, MatmulInnerDimsRelation) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {torch::matmul(a[0].toTensor(), a[1].toTensor())};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kDynamic));
+  f({torch::randn({3, 4}), torch::randn({4, 5})});
+  auto a = torch::randn({6, 7}), b = torch::randn({7, 2});
+  ExpectSame(f({a, b}), fn({a, b}));
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg1.size(0) == arg0.size(1)  # required by aten::matmul at %0")));
+  // No duck sizing: equal but unrelated dims get no relation.
+  for (const std::string& g : f.guards(0)) EXPECT_THAT(g, testing::Not(HasSubstr("arg1.size(1) == arg0.size(0)")));
+}
+
+TEST(Dynamic, ReshapeSolvesMinusOneSymbolically) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor().reshape({-1, 4}).sum(1)};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kDynamic));
+  f({torch::randn({3, 8})});
+  auto x = torch::randn({5, 8});
+  ExpectSame(f({x}), fn({x}));
+  EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+  // Only the dim the division needed became static.
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg0.size(0) >= 2")));
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg0.size(1) == 8  # specialized by aten::reshape at %0")));
+  auto y = torch::randn({5, 6});  // 30 elements: not a multiple of 4 -> eager raises
+  EXPECT_THROW(f({y}), std::exception);
+}
+
 }  // namespace
