@@ -534,6 +534,13 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
     const c10::IValue& a = args[i];
     ValueId vid = kNoValue;
     if (a.isTensor() && a.toTensor().defined()) {
+      if (AsWrapper(a.toTensor()) != nullptr) {
+        // A wrapper that escaped an earlier trace has no storage: wrapping it again would make
+        // every op look like raw data access (and the function eager for good).
+        throw Error(absl::StrCat("warden: argument '", arg_names[i],
+                                 "' is a traced tensor of another trace; traced tensors must not "
+                                 "escape the traced function"));
+      }
       g.arg_kinds.push_back(ArgKind::kTensor);
       Value v;
       v.kind = ValueKind::kInput;

@@ -1,0 +1,316 @@
+// Tests of guards/evaluator.cc: the compiled GuardProgram must agree with the reference Holds() of
+// guards/guard.cc for every guard kind, run cheap checks first (so a wrong-type argument never
+// reaches a tensor check), and explain the first failure with its reason text.
+#include "guards/evaluator.h"
+
+#include <cmath>
+
+#include <c10/core/DefaultDtype.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "guards/guard.h"
+
+namespace warden::guards {
+namespace {
+
+using Args = std::vector<c10::IValue>;
+
+Guard Make(GuardKind kind, int arg = -1, int64_t expected = 0, int dim = -1, int other_arg = -1) {
+  Guard g{kind};
+  g.arg = arg;
+  g.dim = dim;
+  g.other_arg = other_arg;
+  g.expected = expected;
+  return g;
+}
+
+Guard DoubleGuard(int arg, double expected) {
+  Guard g = Make(GuardKind::kDoubleValue, arg);
+  g.expected_double = expected;
+  return g;
+}
+
+Guard Relation(std::vector<std::pair<int, int>> symbols, tracer::SymExpr lhs, tracer::SymExpr rhs) {
+  Guard g = Make(GuardKind::kSizeRelation, symbols.at(0).first, 0, symbols.at(0).second);
+  g.symbols = std::move(symbols);
+  g.lhs = std::move(lhs);
+  g.rhs = std::move(rhs);
+  g.provenance = "required by test";
+  return g;
+}
+
+tracer::SymExpr S(int k) { return tracer::SymExpr::Symbol(k); }
+
+Guard Type(int arg, ArgType t) { return Make(GuardKind::kArgType, arg, static_cast<int64_t>(t)); }
+Guard Count(int n) { return Make(GuardKind::kArgCount, -1, n); }
+
+bool AllHold(const std::vector<Guard>& guards, const Args& args) {
+  for (const Guard& g : guards) {
+    if (!Holds(g, args)) return false;
+  }
+  return true;
+}
+
+int64_t DeviceCodeOf(const at::Tensor& t) { return Actual(Make(GuardKind::kDevice, 0), {t}); }
+
+// One guard kind: the guards of a program (the guard under test plus the count/type guards that
+// make its argument well-typed, as the builder always emits), inputs it passes and inputs it fails.
+struct Case {
+  std::string name;
+  std::vector<Guard> guards;
+  std::vector<Args> passing;
+  std::vector<Args> failing;
+};
+
+void ExpectAgreement(const Case& c) {
+  const GuardProgram program(c.guards);
+  for (size_t i = 0; i < c.passing.size(); ++i) {
+    EXPECT_TRUE(AllHold(c.guards, c.passing[i])) << c.name << " passing #" << i << " (Holds)";
+    EXPECT_TRUE(program.Check(c.passing[i])) << c.name << " passing #" << i << " (Check)";
+    EXPECT_EQ(program.FirstFailure(c.passing[i], {}), "") << c.name << " passing #" << i;
+  }
+  for (size_t i = 0; i < c.failing.size(); ++i) {
+    EXPECT_FALSE(AllHold(c.guards, c.failing[i])) << c.name << " failing #" << i << " (Holds)";
+    EXPECT_FALSE(program.Check(c.failing[i])) << c.name << " failing #" << i << " (Check)";
+    EXPECT_NE(program.FirstFailure(c.failing[i], {}), "") << c.name << " failing #" << i;
+  }
+}
+
+TEST(GuardProgram, AgreesWithHoldsForTensorAndScalarKinds) {
+  const at::Tensor f = torch::zeros({3, 4});
+  const at::Tensor d = torch::zeros({3, 4}, torch::kDouble);
+  const at::Tensor meta = torch::empty({3, 4}, torch::TensorOptions().device(torch::kMeta));
+  const at::Tensor sparse = torch::zeros({3, 4}).to_sparse();
+  const at::Tensor grad = torch::zeros({3, 4}, torch::requires_grad());
+  const at::Tensor transposed = torch::zeros({4, 3}).t();  // [3, 4], strides [1, 3]
+  const std::vector<Guard> tensor0 = {Count(1), Type(0, ArgType::kTensor)};
+  auto with = [&](std::vector<Guard> base, std::vector<Guard> more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  const std::vector<Case> cases = {
+      {"arg_count", {Count(2)}, {{f, f}, {int64_t{1}, 2.0}}, {{f}, {}, {f, f, f}}},
+      {"type Tensor",
+       {Count(1), Type(0, ArgType::kTensor)},
+       {{f}, {d}},
+       {{int64_t{1}}, {1.0}, {true}, {at::Tensor()}, {c10::IValue(std::string("s"))}, {c10::IValue()}}},
+      {"type UndefinedTensor", {Count(1), Type(0, ArgType::kUndefinedTensor)}, {{at::Tensor()}}, {{f}}},
+      {"type Int", {Count(1), Type(0, ArgType::kInt)}, {{int64_t{0}}}, {{0.0}, {false}, {f}}},
+      {"type Double", {Count(1), Type(0, ArgType::kDouble)}, {{0.0}}, {{int64_t{0}}, {f}}},
+      {"type Bool", {Count(1), Type(0, ArgType::kBool)}, {{false}}, {{int64_t{0}}}},
+      {"dtype", with(tensor0, {Make(GuardKind::kDtype, 0, static_cast<int64_t>(at::kFloat))}), {{f}},
+       {{d}, {torch::zeros({3, 4}, torch::kLong)}}},
+      {"device", with(tensor0, {Make(GuardKind::kDevice, 0, DeviceCodeOf(f))}), {{f}}, {{meta}}},
+      {"layout", with(tensor0, {Make(GuardKind::kLayout, 0, static_cast<int64_t>(c10::kStrided))}),
+       {{f}}, {{sparse}}},
+      {"requires_grad", with(tensor0, {Make(GuardKind::kRequiresGrad, 0, 0)}), {{f}}, {{grad}}},
+      {"rank", with(tensor0, {Make(GuardKind::kRank, 0, 2)}), {{f}, {torch::zeros({1, 1})}},
+       {{torch::zeros({12})}, {torch::zeros({3, 4, 1})}, {torch::tensor(1.0)}}},
+      {"size",
+       with(tensor0, {Make(GuardKind::kRank, 0, 2), Make(GuardKind::kSize, 0, 4, /*dim=*/1)}),
+       {{f}, {torch::zeros({7, 4})}},
+       {{torch::zeros({4, 3})}, {torch::zeros({3, 5})}, {torch::zeros({4})}}},
+      {"stride",
+       with(tensor0, {Make(GuardKind::kRank, 0, 2), Make(GuardKind::kStride, 0, 4, /*dim=*/0)}),
+       {{f}, {torch::zeros({9, 4})}},
+       {{transposed}, {torch::zeros({3, 5})}, {torch::zeros({3, 8}).slice(1, 0, 8, 2)}}},
+      {"size_at_least",
+       with(tensor0, {Make(GuardKind::kRank, 0, 2), Make(GuardKind::kSizeAtLeast, 0, 2, /*dim=*/0)}),
+       {{f}, {torch::zeros({2, 9})}, {torch::zeros({1000, 1})}},
+       {{torch::zeros({1, 4})}, {torch::zeros({0, 4})}, {torch::zeros({5})}, {int64_t{5}}}},
+      {"int_value", {Count(1), Type(0, ArgType::kInt), Make(GuardKind::kIntValue, 0, 3)},
+       {{int64_t{3}}}, {{int64_t{4}}, {int64_t{-3}}}},
+      {"double_value", {Count(1), Type(0, ArgType::kDouble), DoubleGuard(0, 0.5)}, {{0.5}},
+       {{0.25}, {-0.5}, {std::nan("")}}},
+      {"double_value nan", {Count(1), Type(0, ArgType::kDouble), DoubleGuard(0, std::nan(""))},
+       {{std::nan("")}, {std::nan("3")}, {-std::nan("")}}, {{0.0}, {1.0}}},
+      {"double_value +0.0", {Count(1), Type(0, ArgType::kDouble), DoubleGuard(0, 0.0)}, {{0.0}},
+       {{-0.0}}},
+      {"double_value -0.0", {Count(1), Type(0, ArgType::kDouble), DoubleGuard(0, -0.0)}, {{-0.0}},
+       {{0.0}}},
+      {"bool_value", {Count(1), Type(0, ArgType::kBool), Make(GuardKind::kBoolValue, 0, 1)}, {{true}},
+       {{false}}},
+  };
+  for (const Case& c : cases) ExpectAgreement(c);
+}
+
+TEST(GuardProgram, AgreesWithHoldsForAliasing) {
+  const at::Tensor a = torch::zeros({2, 3}), b = torch::zeros({2, 3});
+  const std::vector<Guard> types = {Count(2), Type(0, ArgType::kTensor), Type(1, ArgType::kTensor)};
+  std::vector<Guard> distinct = types, shared = types;
+  distinct.push_back(Make(GuardKind::kAliasing, 0, 0, -1, 1));
+  shared.push_back(Make(GuardKind::kAliasing, 0, 1, -1, 1));
+  ExpectAgreement({"aliasing distinct", distinct, {{a, b}, {a, a.clone()}}, {{a, a}, {a, a.select(0, 1)}}});
+  ExpectAgreement({"aliasing shared", shared, {{a, a}, {a, a.t()}, {a.select(0, 0), a.select(0, 1)}},
+                   {{a, b}}});
+}
+
+TEST(GuardProgram, AgreesWithHoldsForSizeRelations) {
+  // The builder always emits the type and rank guards of every argument a relation reads.
+  const std::vector<Guard> pre = {Count(2), Type(0, ArgType::kTensor), Type(1, ArgType::kTensor),
+                                  Make(GuardKind::kRank, 0, 2), Make(GuardKind::kRank, 1, 1)};
+  std::vector<Guard> same = pre, sum = pre;
+  same.push_back(Relation({{1, 0}, {0, 1}}, S(0), S(1)));           // y.size(0) == x.size(1)
+  sum.push_back(Relation({{1, 0}, {0, 0}, {0, 1}}, S(0), S(1) * S(2) + 1));  // y0 == x0*x1 + 1
+  const at::Tensor x = torch::zeros({3, 4});
+  ExpectAgreement({"relation ==", same, {{x, torch::zeros({4})}, {torch::zeros({9, 2}), torch::zeros({2})}},
+                   {{x, torch::zeros({3})}, {x, torch::zeros({4, 4})}, {x, int64_t{4}}, {x}, {torch::zeros({4}), x}}});
+  ExpectAgreement({"relation polynomial", sum, {{x, torch::zeros({13})}},
+                   {{x, torch::zeros({12})}, {torch::zeros({4, 4}), torch::zeros({13})}}});
+}
+
+TEST(GuardProgram, AgreesWithHoldsForGlobalState) {
+  const at::Tensor t = torch::zeros({2});
+  const Args args{t};
+  const GuardProgram grad({Make(GuardKind::kGradMode, -1, 1)});
+  EXPECT_TRUE(grad.Check(args));
+  EXPECT_TRUE(Holds(grad.guards()[0], args));
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(grad.Check(args));
+    EXPECT_FALSE(Holds(grad.guards()[0], args));
+    EXPECT_EQ(grad.FirstFailure(args, {}), "grad mode mismatch. expected enabled, actual disabled");
+  }
+
+  const GuardProgram inference({Make(GuardKind::kInferenceMode, -1, 0)});
+  EXPECT_TRUE(inference.Check(args));
+  {
+    c10::InferenceMode mode;
+    EXPECT_FALSE(inference.Check(args));
+    EXPECT_FALSE(Holds(inference.guards()[0], args));
+  }
+  EXPECT_TRUE(Holds(inference.guards()[0], args));
+
+  const GuardProgram dtype(
+      {Make(GuardKind::kDefaultDtype, -1, static_cast<int64_t>(at::kFloat))});
+  EXPECT_TRUE(dtype.Check(args));
+  const caffe2::TypeMeta previous = c10::get_default_dtype();
+  c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  const bool checked = dtype.Check(args);
+  const bool held = Holds(dtype.guards()[0], args);
+  const std::string reason = dtype.FirstFailure(args, {});
+  c10::set_default_dtype(previous);
+  EXPECT_FALSE(checked);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(reason, "default dtype mismatch. expected Float, actual Double");
+}
+
+// --- Ordering -----------------------------------------------------------------------------------
+
+// The guards a builder would emit for one 2-D float tensor argument, deliberately listed most
+// expensive first: the program must reorder them.
+std::vector<Guard> TensorGuardsReversed() {
+  return {
+      Make(GuardKind::kStride, 0, 1, /*dim=*/1),
+      Make(GuardKind::kStride, 0, 4, /*dim=*/0),
+      Make(GuardKind::kSize, 0, 4, /*dim=*/1),
+      Make(GuardKind::kSize, 0, 3, /*dim=*/0),
+      Make(GuardKind::kRank, 0, 2),
+      Make(GuardKind::kRequiresGrad, 0, 0),
+      Make(GuardKind::kLayout, 0, static_cast<int64_t>(c10::kStrided)),
+      Make(GuardKind::kDevice, 0, DeviceCodeOf(torch::zeros({1}))),
+      Make(GuardKind::kDtype, 0, static_cast<int64_t>(at::kFloat)),
+      Type(0, ArgType::kTensor),
+      Count(1),
+  };
+}
+
+TEST(GuardProgram, OrdersGuardsCheapestFirst) {
+  const GuardProgram program(TensorGuardsReversed());
+  ASSERT_EQ(program.size(), 11u);
+  const std::vector<Guard>& g = program.guards();
+  ASSERT_EQ(g.size(), 11u);
+  for (size_t i = 1; i < g.size(); ++i) {
+    EXPECT_LE(g[i - 1].kind, g[i].kind) << "at " << i;
+  }
+  EXPECT_EQ(g.front().kind, GuardKind::kArgCount);
+  EXPECT_EQ(g[1].kind, GuardKind::kArgType);
+  // Within a kind, by dim.
+  EXPECT_EQ(g[7].kind, GuardKind::kSize);
+  EXPECT_EQ(g[7].dim, 0);
+  EXPECT_EQ(g[8].dim, 1);
+  EXPECT_EQ(g[9].kind, GuardKind::kStride);
+  EXPECT_EQ(g[9].dim, 0);
+  EXPECT_TRUE(program.Check({torch::zeros({3, 4})}));
+}
+
+TEST(GuardProgram, WrongTypeOrCountNeverReachesTensorChecks) {
+  const GuardProgram program(TensorGuardsReversed());
+  // Each of these would read sizes of a non-tensor (or past the rank, or past the argument list)
+  // if the size or stride checks ran first.
+  const std::vector<Args> bad = {
+      {int64_t{3}},
+      {2.0},
+      {true},
+      {at::Tensor()},
+      {c10::IValue()},
+      {c10::IValue(std::string("not a tensor"))},
+      {},
+      {torch::zeros({3})},          // rank 1: size(1) does not exist
+      {torch::zeros({3, 4, 5})},    // rank 3
+      {torch::zeros({3, 4}), int64_t{1}},
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_FALSE(program.Check(bad[i])) << "input #" << i;
+    EXPECT_NE(program.FirstFailure(bad[i], {}), "") << "input #" << i;
+  }
+  EXPECT_EQ(program.FirstFailure({int64_t{3}}, {"x"}),
+            "expected type of 'x' to be Tensor, but found Int");
+  EXPECT_EQ(program.FirstFailure({}, {"x"}), "argument count mismatch. expected 1, actual 0");
+  EXPECT_EQ(program.FirstFailure({torch::zeros({3})}, {"x"}),
+            "tensor 'x' rank mismatch. expected 2, actual 1");
+}
+
+TEST(GuardProgram, FirstFailureReportsTheFirstFailingGuardInEvaluationOrder) {
+  const GuardProgram program(TensorGuardsReversed());
+  // Both sizes wrong: the dim-0 reason comes first although its guard was listed later.
+  EXPECT_EQ(program.FirstFailure({torch::zeros({5, 6})}, {"x"}),
+            "tensor 'x' size mismatch at index 0. expected 3, actual 5");
+  // Only the second size wrong.
+  EXPECT_EQ(program.FirstFailure({torch::zeros({3, 6})}, {"x"}),
+            "tensor 'x' size mismatch at index 1. expected 4, actual 6");
+  // Wrong dtype and wrong sizes: dtype is checked first.
+  EXPECT_EQ(program.FirstFailure({torch::zeros({5, 6}, torch::kDouble)}, {"x"}),
+            "tensor 'x' dtype mismatch. expected Float, actual Double");
+  // Right sizes, wrong strides.
+  EXPECT_EQ(program.FirstFailure({torch::zeros({4, 3}).t()}, {"x"}),
+            "tensor 'x' stride mismatch at index 0. expected 4, actual 1");
+  EXPECT_EQ(program.FirstFailure({torch::zeros({3, 4})}, {"x"}), "");
+  // Names default to argN.
+  EXPECT_EQ(program.FirstFailure({torch::zeros({5, 4})}, {}),
+            "tensor 'arg0' size mismatch at index 0. expected 3, actual 5");
+}
+
+TEST(GuardProgram, ArgumentsAreCheckedInOrderWithinAKind) {
+  const GuardProgram program({Count(2), Type(1, ArgType::kInt), Type(0, ArgType::kInt),
+                              Make(GuardKind::kIntValue, 1, 7), Make(GuardKind::kIntValue, 0, 5)});
+  EXPECT_TRUE(program.Check({int64_t{5}, int64_t{7}}));
+  EXPECT_EQ(program.FirstFailure({int64_t{6}, int64_t{8}}, {"a", "b"}),
+            "scalar 'a' value mismatch. expected 5, actual 6");
+  EXPECT_EQ(program.FirstFailure({1.0, 2.0}, {"a", "b"}),
+            "expected type of 'a' to be Int, but found Double");
+}
+
+TEST(GuardProgram, EmptyProgramPassesEverything) {
+  const GuardProgram empty;
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_TRUE(empty.guards().empty());
+  EXPECT_TRUE(empty.Check({}));
+  EXPECT_TRUE(empty.Check({torch::zeros({1}), int64_t{1}}));
+  EXPECT_TRUE(empty.Check(nullptr, 0));
+  EXPECT_EQ(empty.FirstFailure({int64_t{1}}, {}), "");
+  const GuardProgram also_empty(std::vector<Guard>{});
+  EXPECT_TRUE(also_empty.Check({2.0}));
+}
+
+TEST(GuardProgram, KeepsProvenance) {
+  Guard g = Make(GuardKind::kRank, 0, 1);
+  g.provenance = "used by aten::sin at %0";
+  const GuardProgram program({Count(1), Type(0, ArgType::kTensor), g});
+  EXPECT_EQ(program.guards().back().provenance, "used by aten::sin at %0");
+}
+
+}  // namespace
+}  // namespace warden::guards
