@@ -182,13 +182,15 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     resolution = ResolveSymbols(*in.shapes);
   }
   // Sizes and strides read through wrappers, per argument.
-  std::vector<std::string> size_read(args.size()), stride_read(args.size());
+  std::vector<std::string> size_read(args.size()), stride_read(args.size()), rank_read(args.size());
   std::string intermediate_stride_read;
   for (const tracer::MetadataRead& r : *in.reads) {
     const int arg = g.BaseArg(r.value);
     const bool is_input = g.value(r.value).kind == tracer::ValueKind::kInput;
     const std::string by = absl::StrCat("read by ", r.by);
-    if (r.what == tracer::MetadataRead::What::kSizes) {
+    if (r.what == tracer::MetadataRead::What::kRank) {
+      if (arg >= 0 && rank_read[arg].empty()) rank_read[arg] = absl::StrCat("dim() ", by);
+    } else if (r.what == tracer::MetadataRead::What::kSizes) {
       // A size read on an intermediate needs nothing extra: every used argument's sizes are
       // guarded anyway under static shapes.
       if (arg >= 0 && size_read[arg].empty()) size_read[arg] = by;
@@ -267,6 +269,9 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
                "dynamic dim (sizes 0 and 1 always specialize)"});
         }
       }
+    }
+    if (why.empty() && !rank_read[i].empty()) {
+      add({GuardKind::kRank, a, -1, -1, t.dim(), 0, rank_read[i]});
     }
     std::string stride_why = stride_read[i];
     if (stride_why.empty() && !intermediate_stride_read.empty() && !first_use[i].empty()) {

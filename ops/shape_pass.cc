@@ -57,10 +57,18 @@ struct Round {
     for (const tracer::Node& n : g.nodes) RunNode(n, facts);
     // Sizes that user code or a composite kernel read were used as plain integers.
     for (const tracer::MetadataRead& r : reads) {
-      SpecializeAll(out.shapes[r.value], absl::StrCat(r.what == tracer::MetadataRead::What::kSizes
-                                                          ? "sizes of "
-                                                          : "strides of ",
-                                                      g.ValueName(r.value), " read by ", r.by));
+      if (r.what == tracer::MetadataRead::What::kRank) continue;  // ranks are always static
+      const Shape& shape = out.shapes[r.value];
+      if (r.what == tracer::MetadataRead::What::kSizes && r.dim >= 0) {
+        if (r.dim < static_cast<int>(shape.size())) {
+          SpecializeAll({shape[r.dim]}, absl::StrCat(g.ValueName(r.value), ".size(", r.dim,
+                                                     ") read by ", r.by));
+        }
+        continue;
+      }
+      SpecializeAll(shape, absl::StrCat(r.what == tracer::MetadataRead::What::kSizes ? "sizes of "
+                                                                                    : "strides of ",
+                                        g.ValueName(r.value), " read by ", r.by));
     }
     out.requirements = std::move(facts.requirements);
     for (auto& [s, why] : facts.specialized) specialized.emplace(s, why);

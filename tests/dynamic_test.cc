@@ -148,7 +148,7 @@ TEST(Dynamic, SizeReadSpecializes) {
   auto x = torch::randn({5, 4});
   ExpectSame(f({x}), fn({x}));
   EXPECT_EQ(f.stats().compiles, 2);
-  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg0.size(0) == 3  # sizes of %arg0 read by user code")));
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("arg0.size(0) == 3  # %arg0.size(0) read by user code")));
 }
 
 TEST(Dynamic, SequenceSweepCompilesAtMostThreeTimes) {

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <map>
+#include <tuple>
 #include <set>
 #include <unordered_map>
 
@@ -37,7 +38,7 @@ struct TraceState {
   const uint64_t id = next_trace_id.fetch_add(1);
   std::shared_ptr<Graph> graph = std::make_shared<Graph>();
   std::unordered_map<const c10::TensorImpl*, ValueId> constants;
-  std::map<std::pair<ValueId, int>, MetadataRead> reads;
+  std::map<std::tuple<ValueId, int, int>, MetadataRead> reads;
   std::vector<std::string> composite_stack;
   std::string untraceable;
   std::vector<std::string> rule_mismatches;
@@ -47,13 +48,14 @@ struct TraceState {
   bool observable_write = false;  // the subset that writes arguments or constants
   bool finished = false;
 
-  void OnRead(ValueId id, MetadataRead::What what) {
+  void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
     if (finished) return;
-    auto key = std::make_pair(id, static_cast<int>(what));
+    auto key = std::make_tuple(id, static_cast<int>(what), dim);
     if (reads.count(key)) return;
     MetadataRead r;
     r.value = id;
     r.what = what;
+    r.dim = dim;
     r.by = composite_stack.empty() ? "user code"
                                    : absl::StrCat(composite_stack.back(), " (composite)");
     reads.emplace(key, std::move(r));
@@ -95,8 +97,16 @@ class WrapperImpl final : public c10::TensorImpl {
     return real_.sym_sizes();
   }
   int64_t dim_custom() const override {
-    Read(MetadataRead::What::kSizes);
+    Read(MetadataRead::What::kRank);
     return real_.dim();
+  }
+  int64_t size_custom(int64_t d) const override {
+    ReadDim(d);
+    return real_.size(d);
+  }
+  c10::SymInt sym_size_custom(int64_t d) const override {
+    ReadDim(d);
+    return real_.sym_size(d);
   }
   int64_t numel_custom() const override {
     Read(MetadataRead::What::kSizes);
@@ -153,6 +163,13 @@ class WrapperImpl final : public c10::TensorImpl {
 
   void Read(MetadataRead::What what) const {
     if (TraceState* st = live_state()) st->OnRead(id_, what);
+  }
+  // size(d): only dim d is read (a negative d counts from the end, as ATen wraps it).
+  void ReadDim(int64_t d) const {
+    const int64_t rank = real_.dim();
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank) return;  // real_.size(d) raises ATen's error
+    if (TraceState* st = live_state()) st->OnRead(id_, MetadataRead::What::kSizes, static_cast<int>(d));
   }
 
   at::Tensor real_;

@@ -17,16 +17,19 @@ namespace warden::tracer {
 // A read of tensor metadata made by code other than Warden's: user code, or a composite kernel
 // that the tracer decomposed. Each one means the graph was specialized on that property.
 struct MetadataRead {
-  enum class What : uint8_t { kSizes, kStrides };  // dim() and numel() count as sizes
+  // kRank: dim() only (the rank is guarded for every used tensor anyway); kSizes: sizes(),
+  // numel() (dim == -1) or size(d) (dim == d); kStrides: strides, contiguity, storage offset.
+  enum class What : uint8_t { kSizes, kStrides, kRank };
   ValueId value = kNoValue;
   What what = What::kSizes;
+  int dim = -1;  // kSizes: the one dim read, or -1 for all of them
   std::string by;  // "user code" or "aten::matmul (composite)"
 };
 
 struct TraceResult {
   std::shared_ptr<Graph> graph;
   std::vector<at::Tensor> outputs;    // the eager results of this call (real tensors)
-  std::vector<MetadataRead> reads;    // deduplicated per (value, what)
+  std::vector<MetadataRead> reads;    // deduplicated per (value, what, dim)
   // Non-empty: replaying the graph would not be sound (for example a data-dependent read after
   // a side effect); the reason says why and the function should run eagerly.
   std::string untraceable;

@@ -80,9 +80,22 @@ TEST(ShapePassTest, UserSizeReadSpecializesWithProvenance) {
                },
                {torch::randn({3, 4})}, {{0, -1}});
   ASSERT_EQ(t.pass.specialized.size(), 2u);
-  EXPECT_EQ(t.pass.specialized.at(0), "sizes of %arg0 read by user code");
+  EXPECT_EQ(t.pass.specialized.at(0), "%arg0.size(0) read by user code");
+  EXPECT_EQ(t.pass.specialized.at(1), "%arg0.size(1) read by user code");
   EXPECT_EQ(t.Output(0), "[12]");
   EXPECT_GE(t.pass.iterations, 2);
+}
+
+TEST(ShapePassTest, ReadingOneDimSpecializesOnlyThatDim) {
+  auto t = TraceAndPropagate([](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 at::Tensor x = a[0].toTensor();
+                 return {x * static_cast<double>(x.size(-1)), x.sum(x.dim() - 1)};
+               },
+               {torch::randn({3, 4})}, {{0, -1}});
+  ASSERT_EQ(t.pass.specialized.size(), 1u);
+  EXPECT_EQ(t.pass.specialized.at(1), "%arg0.size(1) read by user code");
+  EXPECT_EQ(t.Output(0), "[s0, 4]");
+  EXPECT_EQ(t.Output(1), "[s0]");
 }
 
 TEST(ShapePassTest, ReshapeSolvesMinusOne) {

@@ -430,18 +430,20 @@ struct ReadCase {
   const char* name;
   std::function<void(const at::Tensor&)> read;
   MetadataRead::What what;
+  int dim;  // -1: every dim
 };
 
 TEST(Trace, SizeAndStrideReadsByUserCodeAreRecorded) {
   const std::vector<ReadCase> cases = {
-      {"size(0)", [](const at::Tensor& x) { (void)x.size(0); }, MetadataRead::What::kSizes},
-      {"sizes()", [](const at::Tensor& x) { (void)x.sizes(); }, MetadataRead::What::kSizes},
-      {"dim()", [](const at::Tensor& x) { (void)x.dim(); }, MetadataRead::What::kSizes},
-      {"numel()", [](const at::Tensor& x) { (void)x.numel(); }, MetadataRead::What::kSizes},
+      {"size(0)", [](const at::Tensor& x) { (void)x.size(0); }, MetadataRead::What::kSizes, 0},
+      {"size(-1)", [](const at::Tensor& x) { (void)x.size(-1); }, MetadataRead::What::kSizes, 1},
+      {"sizes()", [](const at::Tensor& x) { (void)x.sizes(); }, MetadataRead::What::kSizes, -1},
+      {"dim()", [](const at::Tensor& x) { (void)x.dim(); }, MetadataRead::What::kRank, -1},
+      {"numel()", [](const at::Tensor& x) { (void)x.numel(); }, MetadataRead::What::kSizes, -1},
       {"is_contiguous()", [](const at::Tensor& x) { (void)x.is_contiguous(); },
-       MetadataRead::What::kStrides},
-      {"strides()", [](const at::Tensor& x) { (void)x.strides(); }, MetadataRead::What::kStrides},
-      {"stride(1)", [](const at::Tensor& x) { (void)x.stride(1); }, MetadataRead::What::kStrides},
+       MetadataRead::What::kStrides, -1},
+      {"strides()", [](const at::Tensor& x) { (void)x.strides(); }, MetadataRead::What::kStrides, -1},
+      {"stride(1)", [](const at::Tensor& x) { (void)x.stride(1); }, MetadataRead::What::kStrides, -1},
   };
   for (const ReadCase& c : cases) {
     auto fn = [&](const Args& a) -> std::vector<at::Tensor> {
@@ -452,11 +454,12 @@ TEST(Trace, SizeAndStrideReadsByUserCodeAreRecorded) {
     ASSERT_EQ(r.reads.size(), 1u) << c.name;
     EXPECT_EQ(r.reads[0].value, r.graph->arg_values[1]) << c.name;
     EXPECT_EQ(r.reads[0].what, c.what) << c.name;
+    EXPECT_EQ(r.reads[0].dim, c.dim) << c.name;
     EXPECT_EQ(r.reads[0].by, "user code") << c.name;
   }
 }
 
-TEST(Trace, ReadsAreDeduplicatedPerValueAndKind) {
+TEST(Trace, ReadsAreDeduplicatedPerValueKindAndDim) {
   auto fn = [](const Args& a) -> std::vector<at::Tensor> {
     at::Tensor x = a[0].toTensor();
     at::Tensor y = x * 2;
@@ -467,7 +470,8 @@ TEST(Trace, ReadsAreDeduplicatedPerValueAndKind) {
     return {y + n};
   };
   TraceResult r = TraceIt(fn, {torch::randn({2, 3})});
-  ASSERT_EQ(r.reads.size(), 3u);
+  // x.size(0) (twice), x.size(1), x.sizes(), x's strides (twice), y.size(0).
+  ASSERT_EQ(r.reads.size(), 5u);
   const ValueId x = r.graph->arg_values[0];
   const ValueId y = r.graph->nodes[0].returns[0].values[0];
   int x_sizes = 0, x_strides = 0, y_sizes = 0;
@@ -477,7 +481,7 @@ TEST(Trace, ReadsAreDeduplicatedPerValueAndKind) {
     x_strides += m.value == x && m.what == MetadataRead::What::kStrides;
     y_sizes += m.value == y && m.what == MetadataRead::What::kSizes;
   }
-  EXPECT_EQ(x_sizes, 1);
+  EXPECT_EQ(x_sizes, 3);
   EXPECT_EQ(x_strides, 1);
   EXPECT_EQ(y_sizes, 1) << "reads of intermediates name the intermediate value";
   // The read value was baked into the graph as a constant: 2 + 3 + 2 + 2 = 9.
