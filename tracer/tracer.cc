@@ -545,6 +545,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
   auto state = std::make_unique<TraceState>();
   Graph& g = *state->graph;
   g.arg_names = arg_names;
+  for (size_t i = g.arg_names.size(); i < args.size(); ++i) g.arg_names.push_back(absl::StrCat("arg", i));
   std::vector<c10::IValue> traced_args;
   traced_args.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -554,7 +555,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       if (AsWrapper(a.toTensor()) != nullptr) {
         // A wrapper that escaped an earlier trace has no storage: wrapping it again would make
         // every op look like raw data access (and the function eager for good).
-        throw Error(absl::StrCat("warden: argument '", arg_names[i],
+        throw Error(absl::StrCat("warden: argument '", g.arg_names[i],
                                  "' is a traced tensor of another trace; traced tensors must not "
                                  "escape the traced function"));
       }
@@ -575,7 +576,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       } else if (a.isBool()) {
         g.arg_kinds.push_back(ArgKind::kBool);
       } else {
-        throw Error(absl::StrCat("warden: argument '", arg_names[i], "' has unsupported type ",
+        throw Error(absl::StrCat("warden: argument '", g.arg_names[i], "' has unsupported type ",
                                  a.tagKind(), "; expected Tensor, int, double or bool"));
       }
       traced_args.push_back(a);

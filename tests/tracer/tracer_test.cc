@@ -788,3 +788,18 @@ TEST(Trace, EscapedTracedTensorIsAWardenErrorNotACrash) {
 
 }  // namespace
 }  // namespace warden::tracer
+
+namespace warden::tracer {
+namespace {
+
+TEST(Trace, MissingArgumentNamesDefaultToArgN) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor() + a[1].toTensor()};
+  };
+  TraceResult r = Trace(fn, {torch::randn({2}), torch::randn({2})}, {"x"});
+  EXPECT_EQ(r.graph->arg_names, (std::vector<std::string>{"x", "arg1"}));
+  EXPECT_NE(r.graph->ToString().find("%arg1: f32[2]"), std::string::npos) << r.graph->ToString();
+}
+
+}  // namespace
+}  // namespace warden::tracer
