@@ -1,6 +1,8 @@
 #include "guards/evaluator.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <cstring>
 
@@ -19,7 +21,7 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
   });
   code_.reserve(guards_.size());
   for (const Guard& g : guards_) {
-    Instr in{g.kind, g.arg, g.kind == GuardKind::kAliasing ? g.other_arg : g.dim, g.expected};
+    Instr in{static_cast<uint8_t>(g.kind), g.arg, g.kind == GuardKind::kAliasing ? g.other_arg : g.dim, g.expected};
     if (g.kind == GuardKind::kDoubleValue) std::memcpy(&in.expected, &g.expected_double, 8);
     if (g.kind == GuardKind::kSizeRelation) {
       in.aux = static_cast<int32_t>(relations_.size());
@@ -33,7 +35,16 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
   // Every instruction after kArgCount may index args; kArgType of an argument precedes its tensor
   // and scalar checks, so the unchecked accessors below see the type they expect.
   for (const Instr& in : code_) {
-    switch (in.kind) {
+    if (in.op == kFusedTensorMeta) {
+      // expected: device code; aux: layout << 1 | requires_grad.
+      const c10::TensorImpl* t = args[in.arg].unsafeToTensorImpl();
+      const c10::Device d = t->device();
+      const int64_t code = (static_cast<int64_t>(d.type()) << 16) | (static_cast<int64_t>(d.index()) & 0xffff);
+      const int32_t meta = (static_cast<int32_t>(t->layout()) << 1) | static_cast<int32_t>(t->requires_grad());
+      if (code != in.expected || meta != in.aux) return false;
+      continue;
+    }
+    switch (static_cast<GuardKind>(in.op)) {
       case GuardKind::kGradMode:
         if (c10::GradMode::is_enabled() != static_cast<bool>(in.expected)) return false;
         break;
@@ -136,6 +147,43 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
     }
   }
   return true;
+}
+
+GuardProgram GuardProgram::AfterSignatureMatch(const std::vector<Guard>& guards) {
+  std::vector<Guard> rest;
+  // Per tensor argument: device, layout, requires_grad, merged when all three are present.
+  std::map<int, std::array<const Guard*, 3>> meta;
+  for (const Guard& g : guards) {
+    if (IsKeyed(g.kind)) continue;
+    if (g.kind == GuardKind::kDevice || g.kind == GuardKind::kLayout ||
+        g.kind == GuardKind::kRequiresGrad) {
+      auto& slot = meta[g.arg];
+      slot[g.kind == GuardKind::kDevice ? 0 : g.kind == GuardKind::kLayout ? 1 : 2] = &g;
+      continue;
+    }
+    rest.push_back(g);
+  }
+  GuardProgram p(rest);
+  std::vector<Instr> fused;
+  for (const auto& [arg, parts] : meta) {
+    if (parts[0] && parts[1] && parts[2]) {
+      fused.push_back({kFusedTensorMeta, arg,
+                       static_cast<int32_t>((parts[1]->expected << 1) | (parts[2]->expected ? 1 : 0)),
+                       parts[0]->expected});
+      continue;
+    }
+    for (const Guard* g : parts) {
+      if (g == nullptr) continue;
+      fused.push_back({static_cast<uint8_t>(g->kind), g->arg, g->dim, g->expected});
+    }
+  }
+  // Globals first (they are cheapest and fail for whole call sites), then the fused metadata,
+  // then everything else in kind order.
+  auto globals_end = std::find_if(p.code_.begin(), p.code_.end(), [](const Instr& in) {
+    return in.op > static_cast<uint8_t>(GuardKind::kDefaultDtype);
+  });
+  p.code_.insert(globals_end, fused.begin(), fused.end());
+  return p;
 }
 
 std::string GuardProgram::FirstFailure(const std::vector<c10::IValue>& args,

@@ -24,6 +24,22 @@ const char* GuardKindName(GuardKind kind) {
   return "?";
 }
 
+bool IsKeyed(GuardKind kind) {
+  switch (kind) {
+    case GuardKind::kArgCount:
+    case GuardKind::kArgType:
+    case GuardKind::kDtype:
+    case GuardKind::kRank:
+    case GuardKind::kSize:
+    case GuardKind::kIntValue:
+    case GuardKind::kBoolValue:
+    case GuardKind::kDoubleValue:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* ArgTypeName(ArgType t) {
   switch (t) {
     case ArgType::kTensor: return "Tensor";

@@ -43,6 +43,11 @@ enum class GuardKind : uint8_t {
 };
 const char* GuardKindName(GuardKind kind);
 
+// The kinds that are an exact match on one integer property of the call (argument count, types,
+// dtypes, ranks, static sizes, scalar values): what a guard signature hashes and compares
+// (guards/signature.h), and what a program run after an exact signature match can skip.
+bool IsKeyed(GuardKind kind);
+
 // What an argument is, as the kArgType guard sees it.
 enum class ArgType : uint8_t { kTensor, kUndefinedTensor, kInt, kDouble, kBool, kOther };
 const char* ArgTypeName(ArgType t);

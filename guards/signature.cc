@@ -16,22 +16,6 @@ inline uint64_t Mix(uint64_t h, int64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
-bool Keyed(GuardKind k) {
-  switch (k) {
-    case GuardKind::kArgCount:
-    case GuardKind::kArgType:
-    case GuardKind::kDtype:
-    case GuardKind::kRank:
-    case GuardKind::kSize:
-    case GuardKind::kIntValue:
-    case GuardKind::kBoolValue:
-    case GuardKind::kDoubleValue:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Type code as the kArgType guard records it (ArgType), computed without allocation.
 int64_t TypeCode(const c10::IValue& v) {
   if (v.isTensor()) {
@@ -59,19 +43,22 @@ Signature SignatureOf(const std::vector<Guard>& guards) {
   Signature s;
   uint64_t h = kSeed;
   for (const Guard& g : guards) {
-    if (!Keyed(g.kind)) continue;
+    if (!IsKeyed(g.kind)) continue;
     s.mask.push_back({g.kind, g.arg, g.dim});
     int64_t v = g.expected;
     if (g.kind == GuardKind::kDoubleValue) v = DoubleKey(g.expected_double);
+    s.values.push_back(v);
     h = Mix(h, v);
   }
   s.key = h;
   return s;
 }
 
-uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args) noexcept {
+uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args,
+                  int64_t* values) noexcept {
   uint64_t h = kSeed;
-  for (const Probe& p : mask) {
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const Probe& p = mask[i];
     int64_t v = kMissing;
     if (p.kind == GuardKind::kArgCount) {
       v = static_cast<int64_t>(num_args);
@@ -104,6 +91,7 @@ uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_
         }
       }
     }
+    values[i] = v;
     h = Mix(h, v);
   }
   return h;

@@ -25,9 +25,12 @@ struct Probe {
 };
 
 struct Signature {
-  std::vector<Probe> mask;  // in guard evaluation order
-  uint64_t key = 0;         // hash of the expected values, as HashCall computes it for a match
+  std::vector<Probe> mask;       // in guard evaluation order
+  std::vector<int64_t> values;   // the expected value of each probe
+  uint64_t key = 0;              // hash of `values`, as HashCall computes it for a match
 };
+
+
 
 // The signature of a guard list (which must be in evaluation order, as GuardProgram keeps it).
 Signature SignatureOf(const std::vector<Guard>& guards);
@@ -35,7 +38,9 @@ Signature SignatureOf(const std::vector<Guard>& guards);
 // Hot path. Budget: one read and one multiply per probe; no allocation, no throw. Probes of
 // arguments that are missing or of another type hash a sentinel, so they never match by accident
 // more than a hash collision would (and the guard program rejects those).
-uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args) noexcept;
+// Writes the probed value of each mask entry to values[0..mask.size()) and returns their hash.
+uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args,
+                  int64_t* values) noexcept;
 
 }  // namespace warden::guards
 

@@ -17,7 +17,8 @@ using tracer::NodeReturn;
 using tracer::ValueId;
 
 // One argument of a step, resolved at compile time: constants (including captured tensors) are
-// pre-built IValues; values index the per-run slot array.
+// pre-built IValues; node results index the per-run slot array; arguments are read in place
+// (slot <= -2 means args[-slot - 2]), which saves a refcount round trip per argument.
 struct StepArg {
   enum class Kind : uint8_t { kConstant, kSlot, kSlotList, kOptSlotList } kind;
   c10::IValue constant;
@@ -61,13 +62,13 @@ class ReplayArtifact final : public Artifact {
   explicit ReplayArtifact(std::shared_ptr<const Graph> graph) : graph_(std::move(graph)) {
     const Graph& g = *graph_;
     slot_of_.assign(g.values.size(), -1);
+    for (size_t i = 0; i < g.arg_values.size(); ++i) {
+      if (g.arg_values[i] != tracer::kNoValue) slot_of_[g.arg_values[i]] = ArgSlot(static_cast<int>(i));
+    }
     auto slot = [&](ValueId id) {
-      if (slot_of_[id] < 0) slot_of_[id] = num_slots_++;
+      if (slot_of_[id] == -1) slot_of_[id] = num_slots_++;
       return slot_of_[id];
     };
-    for (size_t i = 0; i < g.arg_values.size(); ++i) {
-      if (g.arg_values[i] != tracer::kNoValue) inputs_.push_back({static_cast<int>(i), slot(g.arg_values[i])});
-    }
     auto ref = [&](ValueId id, StepArg* a) {
       const tracer::Value& v = g.value(id);
       if (v.kind == tracer::ValueKind::kConstant) return false;
@@ -140,6 +141,10 @@ class ReplayArtifact final : public Artifact {
   // on this thread); tensor lists and the outputs vector still allocate.
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
+    if (steps_.empty()) {  // the graph returns arguments and constants only
+      Scratch none;
+      return RunWith(args, outputs, value_guard_failure, none);
+    }
     thread_local Scratch scratch;
     Scratch local;
     Scratch& buffers = scratch.busy ? local : scratch;  // re-entrant runs get their own
@@ -166,7 +171,9 @@ class ReplayArtifact final : public Artifact {
                std::string* value_guard_failure, Scratch& buffers) const {
     std::vector<c10::IValue>& slots = buffers.slots;
     slots.resize(num_slots_);
-    for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
+    auto get = [&](int slot) -> const c10::IValue& {
+      return slot >= 0 ? slots[slot] : args[-slot - 2];
+    };
     torch::jit::Stack& stack = buffers.stack;
     for (const Step& s : steps_) {
       stack.clear();
@@ -177,14 +184,14 @@ class ReplayArtifact final : public Artifact {
             stack.push_back(a.constant);
             break;
           case StepArg::Kind::kSlot:
-            stack.push_back(slots[a.slot]);
+            stack.push_back(get(a.slot));
             break;
           case StepArg::Kind::kSlotList: {
             c10::List<at::Tensor> list;
             list.reserve(a.slots.size());
             for (size_t k = 0; k < a.slots.size(); ++k) {
-              list.push_back(a.slots[k] >= 0 ? slots[a.slots[k]].toTensor()
-                                             : a.list_constants[k].toTensor());
+              list.push_back(a.slots[k] != -1 ? get(a.slots[k]).toTensor()
+                                              : a.list_constants[k].toTensor());
             }
             stack.emplace_back(std::move(list));
             break;
@@ -192,8 +199,8 @@ class ReplayArtifact final : public Artifact {
           case StepArg::Kind::kOptSlotList: {
             c10::List<c10::optional<at::Tensor>> list;
             for (size_t k = 0; k < a.slots.size(); ++k) {
-              if (a.slots[k] >= 0) {
-                list.push_back(slots[a.slots[k]].toTensor());
+              if (a.slots[k] != -1) {
+                list.push_back(get(a.slots[k]).toTensor());
               } else if (a.list_constants[k].isTensor()) {
                 list.push_back(a.list_constants[k].toTensor());
               } else {
@@ -251,7 +258,7 @@ class ReplayArtifact final : public Artifact {
     outputs->clear();
     outputs->reserve(outputs_.size());
     for (const auto& [slot, constant] : outputs_) {
-      outputs->push_back(slot >= 0 ? slots[slot].toTensor() : constant);
+      outputs->push_back(slot != -1 ? get(slot).toTensor() : constant);
     }
     return true;
   }
@@ -259,7 +266,7 @@ class ReplayArtifact final : public Artifact {
   std::shared_ptr<const Graph> graph_;
   std::vector<int> slot_of_;
   int num_slots_ = 0;
-  std::vector<std::pair<int, int>> inputs_;  // (argument, slot)
+  static int ArgSlot(int arg) { return -arg - 2; }
   std::vector<Step> steps_;
   std::vector<std::pair<int, at::Tensor>> outputs_;  // slot, or -1 and a constant / undefined
 };

@@ -69,6 +69,10 @@ void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntr
   auto snap = std::make_unique<Snapshot>();
   snap->entries = std::move(entries);
   for (const auto& e : snap->entries) {
+    if (e->signature.mask.size() > Snapshot::kMaxProbes) {
+      snap->ungrouped.push_back(e.get());
+      continue;
+    }
     Snapshot::Group* group = nullptr;
     for (Snapshot::Group& g : snap->groups) {
       if (g.mask == e->signature.mask) group = &g;
@@ -151,26 +155,39 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
   // Hot path. Budget: guard programs of the entries plus the artifact; no lock, no allocation
   // before the artifact runs.
   // Lookup is one hash per signature mask (usually one or two per function), so its cost does
-  // not grow with the number of entries; the guard program confirms each candidate.
-  std::map<int, std::string> value_failures;
+  // not grow with the number of entries. A candidate must match its signature values exactly;
+  // then only the residual guards (device, layout, requires_grad, bounds, relations, ...) run.
   const Snapshot* snap = snapshot_.load(std::memory_order_acquire);
+  std::vector<std::pair<int, std::string>> value_failures;  // allocates only on a failure
+  int64_t values[Snapshot::kMaxProbes];
+  auto try_entry = [&](const CacheEntry* e, std::vector<at::Tensor>* outputs) {
+    std::string failure;
+    if (e->artifact->Run(args, outputs, &failure)) {
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      e->hits.fetch_add(1, std::memory_order_relaxed);
+      e->last_used.store(call_index, std::memory_order_relaxed);
+      return true;
+    }
+    value_failures.emplace_back(e->index, std::move(failure));
+    return false;
+  };
   for (const Snapshot::Group& group : snap->groups) {
-    auto bucket = group.by_key.find(guards::HashCall(group.mask, args.data(), args.size()));
+    const uint64_t key = guards::HashCall(group.mask, args.data(), args.size(), values);
+    auto bucket = group.by_key.find(key);
     if (bucket == group.by_key.end()) continue;
     for (const CacheEntry* e : bucket->second) {
-      if (!e->program.Check(args.data(), args.size())) continue;
+      if (!std::equal(e->signature.values.begin(), e->signature.values.end(), values)) continue;
+      if (!e->residual.Check(args.data(), args.size())) continue;
       std::vector<at::Tensor> outputs;
-      std::string failure;
-      if (e->artifact->Run(args, &outputs, &failure)) {
-        hits_.fetch_add(1, std::memory_order_relaxed);
-        e->hits.fetch_add(1, std::memory_order_relaxed);
-        e->last_used.store(call_index, std::memory_order_relaxed);
-        return outputs;
-      }
-      value_failures[e->index] = std::move(failure);
+      if (try_entry(e, &outputs)) return outputs;
     }
   }
-  return Miss(args, call_index, value_failures);
+  for (const CacheEntry* e : snap->ungrouped) {
+    if (!e->program.Check(args.data(), args.size())) continue;
+    std::vector<at::Tensor> outputs;
+    if (try_entry(e, &outputs)) return outputs;
+  }
+  return Miss(args, call_index, {value_failures.begin(), value_failures.end()});
 }
 
 std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IValue>& args,
@@ -285,6 +302,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   }
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   entry->signature = guards::SignatureOf(entry->program.guards());
+  entry->residual = guards::GuardProgram::AfterSignatureMatch(entry->program.guards());
 
   std::unique_ptr<Backend> backend = ChooseBackend(options_, &entry->backend_note);
   if (backend == nullptr) {

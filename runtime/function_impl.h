@@ -25,8 +25,9 @@ namespace warden {
 struct CacheEntry {
   int index = 0;                    // E in "F/E": creation order within the function
   int64_t created_at_call = 0;
-  guards::GuardProgram program;
-  guards::Signature signature;
+  guards::GuardProgram program;    // every guard: the miss path and the verbose reasons
+  guards::Signature signature;     // exact-match part, hashed for lookup
+  guards::GuardProgram residual;   // what the hit path checks after an exact signature match
   std::shared_ptr<const tracer::Graph> graph;
   std::unique_ptr<Artifact> artifact;
   std::string backend;              // the backend that actually compiled it
@@ -44,10 +45,13 @@ struct Snapshot {
 
   // Entries grouped by signature mask; within a group, by signature key (newest first).
   struct Group {
-    std::vector<guards::Probe> mask;
+    std::vector<guards::Probe> mask;  // at most kMaxProbes long (longer masks are not grouped)
     std::unordered_map<uint64_t, std::vector<const CacheEntry*>> by_key;
   };
   std::vector<Group> groups;
+  // Entries whose signature is too long for the hit path's stack buffer: checked one by one.
+  std::vector<const CacheEntry*> ungrouped;
+  static constexpr size_t kMaxProbes = 1024;
 };
 
 class CompiledFunction::Impl {

@@ -54,7 +54,8 @@ std::vector<Guard> Guards(double d = 0.5) {
 }
 
 uint64_t Hash(const Signature& s, const Args& args) {
-  return HashCall(s.mask, args.data(), args.size());
+  std::vector<int64_t> values(s.mask.size());
+  return HashCall(s.mask, args.data(), args.size(), values.data());
 }
 
 TEST(Signature, MaskHoldsOnlyExactMatchKindsInEvaluationOrder) {
@@ -139,8 +140,11 @@ TEST(Signature, UnkeyedGuardsDoNotChangeTheSignature) {
                                 Make(GuardKind::kRank, 0, 1),
                                 Make(GuardKind::kSizeAtLeast, 0, 2, 0)};
   const Signature d = SignatureOf(GuardProgram(dynamic).guards());
-  EXPECT_EQ(HashCall(d.mask, Args{torch::zeros({3})}.data(), 1), d.key);
-  EXPECT_EQ(HashCall(d.mask, Args{torch::zeros({300})}.data(), 1), d.key);
+  std::vector<int64_t> values(d.mask.size());
+  EXPECT_EQ(HashCall(d.mask, Args{torch::zeros({3})}.data(), 1, values.data()), d.key);
+  EXPECT_EQ(values, d.values);
+  EXPECT_EQ(HashCall(d.mask, Args{torch::zeros({300})}.data(), 1, values.data()), d.key);
+  EXPECT_EQ(values, d.values);
 }
 
 TEST(Signature, EmptyGuardListMatchesEverything) {
@@ -148,6 +152,67 @@ TEST(Signature, EmptyGuardListMatchesEverything) {
   EXPECT_TRUE(s.mask.empty());
   EXPECT_EQ(Hash(s, {}), s.key);
   EXPECT_EQ(Hash(s, {torch::zeros({2}), int64_t{1}}), s.key);
+}
+
+}  // namespace
+}  // namespace warden::guards
+
+namespace warden::guards {
+namespace {
+
+// The hit path: exact signature match, then the residual program. It must accept exactly what
+// the full program accepts.
+TEST(AfterSignatureMatch, AgreesWithTheFullProgram) {
+  std::vector<Guard> guards = {
+      {GuardKind::kGradMode, -1, -1, -1, 0, 0, "g"},
+      {GuardKind::kArgCount, -1, -1, -1, 3, 0, "n"},
+      {GuardKind::kArgType, 0, -1, -1, static_cast<int64_t>(ArgType::kTensor), 0, "t"},
+      {GuardKind::kArgType, 1, -1, -1, static_cast<int64_t>(ArgType::kTensor), 0, "t"},
+      {GuardKind::kArgType, 2, -1, -1, static_cast<int64_t>(ArgType::kDouble), 0, "t"},
+      {GuardKind::kDtype, 0, -1, -1, static_cast<int64_t>(at::kFloat), 0, "d"},
+      {GuardKind::kDtype, 1, -1, -1, static_cast<int64_t>(at::kFloat), 0, "d"},
+      {GuardKind::kDevice, 0, -1, -1, static_cast<int64_t>(c10::DeviceType::CPU) << 16 | 0xffff, 0, "v"},
+      {GuardKind::kDevice, 1, -1, -1, static_cast<int64_t>(c10::DeviceType::CPU) << 16 | 0xffff, 0, "v"},
+      {GuardKind::kLayout, 0, -1, -1, static_cast<int64_t>(c10::kStrided), 0, "l"},
+      {GuardKind::kLayout, 1, -1, -1, static_cast<int64_t>(c10::kStrided), 0, "l"},
+      {GuardKind::kRequiresGrad, 0, -1, -1, 0, 0, "r"},
+      {GuardKind::kRequiresGrad, 1, -1, -1, 1, 0, "r"},
+      {GuardKind::kRank, 0, -1, -1, 2, 0, "k"},
+      {GuardKind::kRank, 1, -1, -1, 1, 0, "k"},
+      {GuardKind::kSize, 0, 1, -1, 4, 0, "s"},
+      {GuardKind::kSizeAtLeast, 0, 0, -1, 2, 0, "dyn"},
+      {GuardKind::kSize, 1, 0, -1, 4, 0, "s"},
+  };
+  Guard d{GuardKind::kDoubleValue, 2, -1, -1, 0, 0.5, "x"};
+  guards.push_back(d);
+  const GuardProgram full(guards);
+  const GuardProgram rest = GuardProgram::AfterSignatureMatch(full.guards());
+  const Signature sig = SignatureOf(full.guards());
+  EXPECT_LT(rest.size(), full.size());
+
+  torch::NoGradGuard no_grad;
+  auto grad = torch::zeros({4}).requires_grad_();
+  const std::vector<Args> calls = {
+      {torch::zeros({3, 4}), grad, 0.5},                       // passes
+      {torch::zeros({7, 4}), grad, 0.5},                       // passes (dynamic dim)
+      {torch::zeros({1, 4}), grad, 0.5},                       // >= 2 fails
+      {torch::zeros({3, 5}), grad, 0.5},                       // static size
+      {torch::zeros({3, 4}), torch::zeros({4}), 0.5},          // requires_grad
+      {torch::zeros({3, 4}, torch::kDouble), grad, 0.5},       // dtype
+      {torch::zeros({3, 4}), grad, 0.25},                      // scalar value
+      {torch::zeros({3, 4}), grad, int64_t{1}},                // scalar type
+      {torch::zeros({3, 4}), grad},                            // arity
+      {torch::zeros({3, 4}).to_sparse(), grad, 0.5},           // layout
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Args& a = calls[i];
+    std::vector<int64_t> values(sig.mask.size());
+    const uint64_t key = HashCall(sig.mask, a.data(), a.size(), values.data());
+    const bool fast = key == sig.key && values == sig.values && rest.Check(a.data(), a.size());
+    EXPECT_EQ(fast, full.Check(a)) << "call " << i << ": " << full.FirstFailure(a, {"a", "b", "c"});
+  }
+  EXPECT_TRUE(full.Check(calls[0]));
+  EXPECT_TRUE(full.Check(calls[1]));
 }
 
 }  // namespace
