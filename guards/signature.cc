@@ -1,5 +1,7 @@
 #include "guards/signature.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -40,13 +42,21 @@ int64_t DoubleKey(double d) {
 }  // namespace
 
 Signature SignatureOf(const std::vector<Guard>& guards) {
+  // Probes are ordered by argument so that HashCall reads each argument once.
+  std::vector<const Guard*> keyed;
+  for (const Guard& g : guards) {
+    if (IsKeyed(g.kind)) keyed.push_back(&g);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const Guard* a, const Guard* b) {
+    if (a->arg != b->arg) return a->arg < b->arg;
+    if (a->kind != b->kind) return a->kind < b->kind;
+    return a->dim < b->dim;
+  });
   Signature s;
   uint64_t h = kSeed;
-  for (const Guard& g : guards) {
-    if (!IsKeyed(g.kind)) continue;
-    s.mask.push_back({g.kind, g.arg, g.dim});
-    int64_t v = g.expected;
-    if (g.kind == GuardKind::kDoubleValue) v = DoubleKey(g.expected_double);
+  for (const Guard* g : keyed) {
+    s.mask.push_back({g->kind, g->arg, g->dim});
+    const int64_t v = g->kind == GuardKind::kDoubleValue ? DoubleKey(g->expected_double) : g->expected;
     s.values.push_back(v);
     h = Mix(h, v);
   }
@@ -57,39 +67,49 @@ Signature SignatureOf(const std::vector<Guard>& guards) {
 uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args,
                   int64_t* values) noexcept {
   uint64_t h = kSeed;
+  // The argument the previous probe read, and what was read of it.
+  int32_t current = INT32_MIN;
+  const c10::IValue* a = nullptr;
+  int64_t type = kMissing;
+  const c10::TensorImpl* t = nullptr;
+  int64_t rank = -1;
   for (size_t i = 0; i < mask.size(); ++i) {
     const Probe& p = mask[i];
+    if (p.arg != current) {
+      current = p.arg;
+      a = p.arg >= 0 && static_cast<size_t>(p.arg) < num_args ? &args[p.arg] : nullptr;
+      type = a != nullptr ? TypeCode(*a) : kMissing;
+      t = type == static_cast<int64_t>(ArgType::kTensor) ? a->unsafeToTensorImpl() : nullptr;
+      rank = t != nullptr ? t->dim() : -1;
+    }
     int64_t v = kMissing;
-    if (p.kind == GuardKind::kArgCount) {
-      v = static_cast<int64_t>(num_args);
-    } else if (p.arg >= 0 && static_cast<size_t>(p.arg) < num_args) {
-      const c10::IValue& a = args[p.arg];
-      switch (p.kind) {
-        case GuardKind::kArgType:
-          v = TypeCode(a);
-          break;
-        case GuardKind::kIntValue:
-          if (a.isInt()) v = a.toInt();
-          break;
-        case GuardKind::kBoolValue:
-          if (a.isBool()) v = a.toBool();
-          break;
-        case GuardKind::kDoubleValue:
-          if (a.isDouble()) v = DoubleKey(a.toDouble());
-          break;
-        default: {
-          if (TypeCode(a) != static_cast<int64_t>(ArgType::kTensor)) break;
-          const c10::TensorImpl* t = a.unsafeToTensorImpl();
-          if (p.kind == GuardKind::kDtype) {
-            v = static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype()));
-          } else if (p.kind == GuardKind::kRank) {
-            v = t->dim();
-          } else if (p.kind == GuardKind::kSize && p.dim < t->dim()) {
-            v = t->sizes()[p.dim];
-          }
-          break;
-        }
-      }
+    switch (p.kind) {
+      case GuardKind::kArgCount:
+        v = static_cast<int64_t>(num_args);
+        break;
+      case GuardKind::kArgType:
+        v = type;
+        break;
+      case GuardKind::kDtype:
+        if (t != nullptr) v = static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype()));
+        break;
+      case GuardKind::kRank:
+        v = rank;
+        break;
+      case GuardKind::kSize:
+        if (t != nullptr && p.dim < rank) v = t->sizes()[p.dim];
+        break;
+      case GuardKind::kIntValue:
+        if (a != nullptr && a->isInt()) v = a->toInt();
+        break;
+      case GuardKind::kBoolValue:
+        if (a != nullptr && a->isBool()) v = a->toBool();
+        break;
+      case GuardKind::kDoubleValue:
+        if (a != nullptr && a->isDouble()) v = DoubleKey(a->toDouble());
+        break;
+      default:
+        break;
     }
     values[i] = v;
     h = Mix(h, v);

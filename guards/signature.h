@@ -25,14 +25,14 @@ struct Probe {
 };
 
 struct Signature {
-  std::vector<Probe> mask;       // in guard evaluation order
+  std::vector<Probe> mask;       // by argument, then kind and dim
   std::vector<int64_t> values;   // the expected value of each probe
   uint64_t key = 0;              // hash of `values`, as HashCall computes it for a match
 };
 
 
 
-// The signature of a guard list (which must be in evaluation order, as GuardProgram keeps it).
+// The signature of a guard list.
 Signature SignatureOf(const std::vector<Guard>& guards);
 
 // Hot path. Budget: one read and one multiply per probe; no allocation, no throw. Probes of

@@ -58,17 +58,22 @@ uint64_t Hash(const Signature& s, const Args& args) {
   return HashCall(s.mask, args.data(), args.size(), values.data());
 }
 
-TEST(Signature, MaskHoldsOnlyExactMatchKindsInEvaluationOrder) {
+TEST(Signature, MaskHoldsOnlyExactMatchKindsGroupedByArgument) {
   const Signature s = SignatureOf(Guards());
-  std::vector<GuardKind> kinds;
-  for (const Probe& p : s.mask) kinds.push_back(p.kind);
-  EXPECT_THAT(kinds, ::testing::ElementsAre(GuardKind::kArgCount, GuardKind::kArgType,
-                                            GuardKind::kArgType, GuardKind::kArgType,
-                                            GuardKind::kArgType, GuardKind::kDtype, GuardKind::kRank,
-                                            GuardKind::kSize, GuardKind::kSize, GuardKind::kIntValue,
-                                            GuardKind::kDoubleValue, GuardKind::kBoolValue));
-  EXPECT_EQ(s.mask[8].arg, 0);
-  EXPECT_EQ(s.mask[8].dim, 1);
+  std::vector<std::pair<int, GuardKind>> probes;
+  for (const Probe& p : s.mask) probes.push_back({p.arg, p.kind});
+  // Argument by argument, so HashCall reads each argument once.
+  EXPECT_THAT(probes, ::testing::ElementsAre(
+                          std::make_pair(-1, GuardKind::kArgCount),
+                          std::make_pair(0, GuardKind::kArgType), std::make_pair(0, GuardKind::kDtype),
+                          std::make_pair(0, GuardKind::kRank), std::make_pair(0, GuardKind::kSize),
+                          std::make_pair(0, GuardKind::kSize), std::make_pair(1, GuardKind::kArgType),
+                          std::make_pair(1, GuardKind::kIntValue), std::make_pair(2, GuardKind::kArgType),
+                          std::make_pair(2, GuardKind::kDoubleValue), std::make_pair(3, GuardKind::kArgType),
+                          std::make_pair(3, GuardKind::kBoolValue)));
+  EXPECT_EQ(s.mask[5].arg, 0);
+  EXPECT_EQ(s.mask[5].dim, 1);
+  EXPECT_EQ(s.values.size(), s.mask.size());
 }
 
 TEST(Signature, AMatchingCallHashesToTheKey) {
