@@ -37,6 +37,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "bench/reporting.h"
 #include "bench/workloads.h"
 #include "runtime/warden.h"
 
@@ -153,41 +154,8 @@ BENCHMARK(BM_PassthroughDynamic)->Arg(4);
 
 // --- Summary --------------------------------------------------------------------------------------
 
-struct Ns {
-  double real = -1, cpu = -1;
-};
-
-// The console reporter, also keeping each benchmark's per-repetition times (ns).
-class RecordingReporter : public benchmark::ConsoleReporter {
- public:
-  RecordingReporter() : ConsoleReporter(OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& reports) override {
-    ConsoleReporter::ReportRuns(reports);
-    for (const Run& r : reports) {
-      if (r.error_occurred) continue;
-      const double to_ns = 1e9 / benchmark::GetTimeUnitMultiplier(r.time_unit);
-      const Ns ns{r.GetAdjustedRealTime() * to_ns, r.GetAdjustedCPUTime() * to_ns};
-      if (r.run_type == Run::RT_Iteration) {
-        real_[r.run_name.str()].push_back(ns.real);
-        cpu_[r.run_name.str()].push_back(ns.cpu);
-      } else if (r.aggregate_name == "median") {
-        medians_[r.run_name.str()] = ns;
-      }
-    }
-  }
-
-  // Median over repetitions; negative when the benchmark did not run (filtered out or failed).
-  Ns MedianNs(const std::string& name) const {
-    if (auto it = medians_.find(name); it != medians_.end()) return it->second;
-    if (real_.count(name) == 0) return {};
-    return {Median(real_.at(name)), Median(cpu_.at(name))};
-  }
-
- private:
-  std::map<std::string, std::vector<double>> real_, cpu_;
-  std::map<std::string, Ns> medians_;
-};
+using warden::bench::Ns;
+using warden::bench::RecordingReporter;
 
 double ThreadCpuNs() {
   timespec ts;

@@ -22,6 +22,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "bench/reporting.h"
 #include "bench/workloads.h"
 #include "runtime/warden.h"
 
@@ -146,42 +147,8 @@ BENCHMARK(BM_WardenHitEntries)->Arg(1)->Arg(8)->Arg(64);
 // never block, so on an idle machine the two agree; on this shared 2-core machine real time swings
 // with the neighbours' builds and the CPU time is the figure to trust. The verdict uses CPU time.
 
-struct Ns {
-  double real = -1, cpu = -1;
-};
-
-// The console reporter, also keeping each benchmark's per-repetition times (ns).
-class RecordingReporter : public benchmark::ConsoleReporter {
- public:
-  RecordingReporter() : ConsoleReporter(OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& reports) override {
-    ConsoleReporter::ReportRuns(reports);
-    for (const Run& r : reports) {
-      if (r.error_occurred) continue;
-      const double to_ns = 1e9 / benchmark::GetTimeUnitMultiplier(r.time_unit);
-      const Ns ns{r.GetAdjustedRealTime() * to_ns, r.GetAdjustedCPUTime() * to_ns};
-      if (r.run_type == Run::RT_Iteration) {
-        real_[r.run_name.str()].push_back(ns.real);
-        cpu_[r.run_name.str()].push_back(ns.cpu);
-      } else if (r.aggregate_name == "median") {
-        // With --benchmark_report_aggregates_only the repetitions themselves are not reported.
-        medians_[r.run_name.str()] = ns;
-      }
-    }
-  }
-
-  // Median over repetitions; negative when the benchmark did not run (filtered out or failed).
-  Ns MedianNs(const std::string& name) const {
-    if (auto it = medians_.find(name); it != medians_.end()) return it->second;
-    if (real_.count(name) == 0) return {};
-    return {Median(real_.at(name)), Median(cpu_.at(name))};
-  }
-
- private:
-  std::map<std::string, std::vector<double>> real_, cpu_;
-  std::map<std::string, Ns> medians_;
-};
+using warden::bench::Ns;
+using warden::bench::RecordingReporter;
 
 void PrintPair(const std::string& label, const Ns& eager, const Ns& warden, const char* note = "") {
   std::printf("  %-40s real: eager %8.1f warden %8.1f overhead %8.1f ns ratio %.3f | "
