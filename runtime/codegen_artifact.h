@@ -1,0 +1,31 @@
+// What a code-generating backend's artifact exposes beyond Artifact::Run: the generated source and
+// the library it was loaded from, for WARDEN_LOGS=output_code and explain(). Obtain it with
+// dynamic_cast from an Artifact; replay artifacts are not CodegenArtifacts.
+#ifndef WARDEN_RUNTIME_CODEGEN_ARTIFACT_H_
+#define WARDEN_RUNTIME_CODEGEN_ARTIFACT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace warden {
+
+class CodegenArtifact : public Artifact {
+ public:
+  // The generated C++ ("" when nothing in the graph was fused and every node is replayed).
+  virtual const std::string& source() const = 0;
+  // The loaded shared library ("" when nothing was compiled).
+  virtual const std::string& library_path() const = 0;
+  // Per fused region, the node indices it runs as one kernel.
+  virtual std::vector<std::vector<int>> fused_regions() const = 0;
+};
+
+// Process-wide count of fused-region runs whose run-time check failed (a non-contiguous input, ...)
+// so that the region's nodes were replayed instead; for tests and explain. Counted off the hot path.
+int64_t CodegenRegionFallbacks();
+
+}  // namespace warden
+
+#endif  // WARDEN_RUNTIME_CODEGEN_ARTIFACT_H_

@@ -1,0 +1,66 @@
+// Turning generated C++ into loaded kernels: the system compiler, the content-addressed on-disk
+// kernel cache and dlopen. Knows nothing about graphs; codegen_pointwise.h writes the source.
+//
+// Note [Kernel cache]
+// A kernel library lives in <cache>/kernels/<key>.so next to its source <key>.cc, where <cache> is
+// $WARDEN_CACHE_DIR (default ~/.cache/warden) and <key> is a 128-bit hash of the source, the
+// compiler's resolved path and `--version` first line, the flags and the CPU's feature flags
+// (-march=native code must not be loaded on another CPU). Writes go to a file unique to the
+// process and are renamed into place, so concurrent processes never see a partial file. Every
+// library defines `warden_kernel_key` = the key; a file that does not contain it, fails dlopen or
+// lacks a symbol is deleted and rebuilt once. The compiler is $WARDEN_CXX, else `g++` from PATH.
+#ifndef WARDEN_RUNTIME_CODEGEN_COMPILER_H_
+#define WARDEN_RUNTIME_CODEGEN_COMPILER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace warden::codegen {
+
+// The signature of every generated kernel (see codegen_pointwise.h).
+using KernelFn = void (*)(const void** in, void** out, int64_t n);
+
+// A loaded kernel library; dlclose()d when the last artifact using it goes away.
+class KernelLibrary {
+ public:
+  KernelLibrary(void* handle, std::string path, std::map<std::string, KernelFn> kernels)
+      : handle_(handle), path_(std::move(path)), kernels_(std::move(kernels)) {}
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  KernelFn Find(const std::string& name) const;  // nullptr if not requested at load
+  const std::string& path() const { return path_; }
+
+ private:
+  void* handle_;
+  std::string path_;
+  std::map<std::string, KernelFn> kernels_;
+};
+
+// Compiles `source` (or finds it in the kernel cache) and resolves `kernels` in it. Errors: no
+// compiler, compiler failure (the message carries its output), an unusable cache directory, or a
+// library that cannot be loaded even after a rebuild.
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> LoadKernels(
+    const std::string& source, const std::vector<std::string>& kernels);
+
+// The directory kernel libraries go to (Note [Kernel cache]); read from the environment per call.
+std::string KernelCacheDir();
+
+// Process-wide counters, for tests and explain.
+struct KernelCacheStats {
+  int64_t compiles = 0;    // compiler runs that produced a library
+  int64_t disk_hits = 0;   // libraries loaded from the cache without compiling
+  int64_t discarded = 0;   // cached files found corrupt or foreign, deleted and rebuilt
+  int64_t failures = 0;    // LoadKernels calls that returned an error
+};
+KernelCacheStats GetKernelCacheStats();
+
+}  // namespace warden::codegen
+
+#endif  // WARDEN_RUNTIME_CODEGEN_COMPILER_H_

@@ -1,0 +1,172 @@
+// Boxed replay of single nodes. This mirrors ReplayArtifact in aten_backend.cc step for step (kept
+// in sync by hand until "aten" is rebuilt on top of this file).
+#include "runtime/codegen_replay.h"
+
+#include "absl/strings/str_cat.h"
+#include "guards/guard.h"
+
+namespace warden::codegen {
+namespace {
+
+using tracer::NodeArg;
+using tracer::NodeReturn;
+using tracer::ValueId;
+
+bool SameScalar(const c10::IValue& a, const c10::IValue& b) {
+  auto as_double = [](const c10::IValue& v, double* d) {
+    if (v.isDouble()) { *d = v.toDouble(); return true; }
+    if (v.isScalar() && v.toScalar().isFloatingPoint()) { *d = v.toScalar().toDouble(); return true; }
+    return false;
+  };
+  double da, db;
+  if (as_double(a, &da) && as_double(b, &db)) return guards::SameDouble(da, db);
+  if (a.isBool() && b.isBool()) return a.toBool() == b.toBool();
+  if (a.isInt() && b.isInt()) return a.toInt() == b.toInt();
+  if (a.isComplexDouble() && b.isComplexDouble()) return a.toComplexDouble() == b.toComplexDouble();
+  return false;
+}
+
+}  // namespace
+
+int SlotMap::Slot(ValueId id) {
+  if (graph_.value(id).kind == tracer::ValueKind::kConstant) return -1;
+  if (slot_of_[id] < 0) slot_of_[id] = num_slots_++;
+  return slot_of_[id];
+}
+
+OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots) {
+  OpStep s{*n.handle, n.op, n.index, {}, {}, false, {}};
+  for (const NodeArg& na : n.args) {
+    OpStepArg a;
+    switch (na.kind) {
+      case NodeArg::Kind::kConstant:
+        a.kind = OpStepArg::Kind::kConstant;
+        a.constant = na.constant;
+        break;
+      case NodeArg::Kind::kValue:
+        a.slot = slots.Slot(na.value);
+        if (a.slot >= 0) {
+          a.kind = OpStepArg::Kind::kSlot;
+        } else {
+          a.kind = OpStepArg::Kind::kConstant;
+          a.constant = g.value(na.value).constant;
+        }
+        break;
+      case NodeArg::Kind::kValueList:
+      case NodeArg::Kind::kOptValueList:
+        a.kind = na.kind == NodeArg::Kind::kValueList ? OpStepArg::Kind::kSlotList
+                                                      : OpStepArg::Kind::kOptSlotList;
+        for (ValueId id : na.values) {
+          if (id == tracer::kNoValue) {
+            a.slots.push_back(-1);
+            a.list_constants.emplace_back();
+          } else if (g.value(id).kind == tracer::ValueKind::kConstant) {
+            a.slots.push_back(-1);
+            a.list_constants.emplace_back(g.value(id).constant);
+          } else {
+            a.slots.push_back(slots.Slot(id));
+            a.list_constants.emplace_back();
+          }
+        }
+        break;
+    }
+    s.args.push_back(std::move(a));
+  }
+  for (const NodeReturn& r : n.returns) {
+    OpStepReturn sr{r.kind, {}, {}};
+    for (ValueId id : r.values) {
+      sr.slots.push_back(slots.Slot(id));
+      if (r.kind == NodeReturn::Kind::kScalar) sr.traced = g.value(id).traced_scalar;
+      if (r.kind != NodeReturn::Kind::kScalar && n.kind == tracer::NodeKind::kDataDependent) {
+        s.check_shapes = true;
+        s.traced_shapes.push_back(g.value(id).meta.sizes);
+      }
+    }
+    s.returns.push_back(std::move(sr));
+  }
+  return s;
+}
+
+bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
+               std::string* failure) {
+  stack.clear();
+  stack.reserve(s.args.size());
+  for (const OpStepArg& a : s.args) {
+    switch (a.kind) {
+      case OpStepArg::Kind::kConstant:
+        stack.push_back(a.constant);
+        break;
+      case OpStepArg::Kind::kSlot:
+        stack.push_back(slots[a.slot]);
+        break;
+      case OpStepArg::Kind::kSlotList: {
+        c10::List<at::Tensor> list;
+        list.reserve(a.slots.size());
+        for (size_t k = 0; k < a.slots.size(); ++k) {
+          list.push_back(a.slots[k] >= 0 ? slots[a.slots[k]].toTensor()
+                                         : a.list_constants[k].toTensor());
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case OpStepArg::Kind::kOptSlotList: {
+        c10::List<c10::optional<at::Tensor>> list;
+        for (size_t k = 0; k < a.slots.size(); ++k) {
+          if (a.slots[k] >= 0) {
+            list.push_back(slots[a.slots[k]].toTensor());
+          } else if (a.list_constants[k].isTensor()) {
+            list.push_back(a.list_constants[k].toTensor());
+          } else {
+            list.push_back(c10::nullopt);
+          }
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+  s.op.callBoxed(&stack);
+  size_t shape_index = 0;
+  for (size_t j = 0; j < s.returns.size(); ++j) {
+    const OpStepReturn& r = s.returns[j];
+    c10::IValue& out = stack[j];
+    switch (r.kind) {
+      case NodeReturn::Kind::kTensor:
+        if (!r.slots.empty()) slots[r.slots[0]] = std::move(out);
+        break;
+      case NodeReturn::Kind::kTensorList: {
+        auto list = out.toTensorVector();
+        if (list.size() != r.slots.size()) {
+          *failure = absl::StrCat("number of results of ", s.name, " at %", s.index,
+                                  " changed: expected ", r.slots.size(), ", actual ", list.size());
+          return false;
+        }
+        for (size_t k = 0; k < list.size(); ++k) slots[r.slots[k]] = std::move(list[k]);
+        break;
+      }
+      case NodeReturn::Kind::kScalar:
+        if (!SameScalar(out, r.traced)) {
+          *failure = absl::StrCat("value of ", s.name, " at %", s.index, " changed: expected ",
+                                  tracer::IValueString(r.traced), ", actual ",
+                                  tracer::IValueString(out));
+          return false;
+        }
+        break;
+    }
+    if (s.check_shapes && r.kind != NodeReturn::Kind::kScalar) {
+      for (int slot : r.slots) {
+        const auto sizes = slots[slot].toTensor().sizes();
+        const auto& traced = s.traced_shapes[shape_index++];
+        if (!sizes.equals(traced)) {
+          *failure = absl::StrCat("value of ", s.name, " at %", s.index,
+                                  " changed: expected shape ", tracer::ShapeString(traced),
+                                  ", actual ", tracer::ShapeString(sizes.vec()));
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace warden::codegen

@@ -1,0 +1,73 @@
+// Boxed replay of single graph nodes, for backends that run part of a graph as compiled code and
+// the rest as the recorded ATen calls ("cpp" runs every unfused node, and a fused region whose
+// run-time check fails, through these steps). Same semantics as backend "aten": the node's op
+// through its cached OperatorHandle, value guards on scalar results and data-dependent shapes.
+// No fusion or compilation lives here.
+#ifndef WARDEN_RUNTIME_CODEGEN_REPLAY_H_
+#define WARDEN_RUNTIME_CODEGEN_REPLAY_H_
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+
+#include "tracer/graph.h"
+
+namespace warden::codegen {
+
+// Value -> slot of the per-run value array. Constants get no slot (their IValue is baked into the
+// steps); arguments and node results get one on first request.
+class SlotMap {
+ public:
+  explicit SlotMap(const tracer::Graph& graph) : graph_(graph), slot_of_(graph.values.size(), -1) {}
+  // The slot of `id`, or -1 for a constant.
+  int Slot(tracer::ValueId id);
+  int num_slots() const { return num_slots_; }
+
+ private:
+  const tracer::Graph& graph_;
+  std::vector<int> slot_of_;
+  int num_slots_ = 0;
+};
+
+// One argument of a step, resolved at compile time: constants (including captured tensors) are
+// pre-built IValues; values index the per-run slot array.
+struct OpStepArg {
+  enum class Kind : uint8_t { kConstant, kSlot, kSlotList, kOptSlotList } kind = Kind::kConstant;
+  c10::IValue constant;
+  int slot = -1;
+  std::vector<int> slots;                   // -1: None or a constant entry of list_constants
+  std::vector<c10::IValue> list_constants;  // list entries that are constants
+};
+
+struct OpStepReturn {
+  tracer::NodeReturn::Kind kind;
+  std::vector<int> slots;
+  c10::IValue traced;  // kScalar: the value guard
+};
+
+// One node as a boxed call.
+struct OpStep {
+  c10::OperatorHandle op;
+  std::string name;
+  int index = 0;
+  std::vector<OpStepArg> args;
+  std::vector<OpStepReturn> returns;
+  bool check_shapes = false;  // data-dependent output shape: value-guard the traced sizes
+  std::vector<std::vector<int64_t>> traced_shapes;
+};
+
+// Requires n.handle (backends reject graphs with handle-less nodes before building steps).
+OpStep MakeOpStep(const tracer::Graph& graph, const tracer::Node& n, SlotMap& slots);
+
+// Runs one step on `slots`, using `stack` as scratch. Returns false, with the reason in *failure,
+// when a value guard fails (before the step's results are published into later slots' readers).
+bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
+               std::string* failure);
+
+}  // namespace warden::codegen
+
+#endif  // WARDEN_RUNTIME_CODEGEN_REPLAY_H_

@@ -1,0 +1,681 @@
+// Tests of backend "cpp_experimental" (runtime/cpp_backend.cc, codegen_*.cc) through
+// warden::compile: differential tests against eager for every fused op and for chains (f32/f64,
+// NaN/Inf, empty, non-contiguous, 0-dim operands, mixed graphs), the on-disk kernel cache (reuse in
+// the same and in a second process, corrupt files) and the fallback to "aten" without a compiler.
+// Every test uses its own WARDEN_CACHE_DIR.
+#include <unistd.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/codegen_artifact.h"
+#include "runtime/codegen_compiler.h"
+#include "runtime/codegen_pointwise.h"
+#include "runtime/warden.h"
+
+extern char** environ;
+
+namespace warden {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using Args = std::vector<c10::IValue>;
+using json = nlohmann::json;
+
+constexpr char kBackend[] = "cpp_experimental";
+
+Options Cpp(const std::string& name = "fn") {
+  Options o;
+  o.name = name;
+  o.backend = kBackend;
+  o.dynamic = Dynamic::kStatic;
+  return o;
+}
+
+// Sets an environment variable for the scope, restoring the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// A fresh WARDEN_CACHE_DIR, removed at the end of the scope.
+class ScopedCacheDir {
+ public:
+  ScopedCacheDir() {
+    const char* base = std::getenv("TEST_TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/warden_cache_XXXXXX");
+    root_ = mkdtemp(pattern.data());
+    env_ = std::make_unique<ScopedEnv>("WARDEN_CACHE_DIR", root_.c_str());
+  }
+  ~ScopedCacheDir() {
+    env_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string kernels() const { return root_ + "/kernels"; }
+  const std::string& root() const { return root_; }
+  std::vector<std::string> Files(const std::string& extension) const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(kernels(), ec)) {
+      if (e.path().extension() == extension) out.push_back(e.path().string());
+    }
+    return out;
+  }
+
+ private:
+  std::string root_;
+  std::unique_ptr<ScopedEnv> env_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// got == want as eager computes it: same shape and dtype, NaN at exactly the same positions,
+// infinities equal (with sign), finite values allclose.
+void ExpectMatches(const at::Tensor& got, const at::Tensor& want, double rtol, double atol,
+                   const std::string& what = "") {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  EXPECT_TRUE(torch::equal(torch::isnan(got), torch::isnan(want))) << what << "\ngot\n"
+                                                                      << got << "\nwant\n" << want;
+  EXPECT_TRUE(torch::equal(torch::isposinf(got), torch::isposinf(want))) << what << "\ngot\n"
+                                                                         << got << "\nwant\n" << want;
+  EXPECT_TRUE(torch::equal(torch::isneginf(got), torch::isneginf(want))) << what << "\ngot\n"
+                                                                         << got << "\nwant\n" << want;
+  EXPECT_TRUE(torch::allclose(got, want, rtol, atol, /*equal_nan=*/true))
+      << what << "\nmax diff " << (got - want).abs().nan_to_num(0, 0, 0).max().item<double>();
+}
+
+double Rtol(at::ScalarType t) { return t == at::kFloat ? 1e-5 : 1e-12; }
+double Atol(at::ScalarType t) { return t == at::kFloat ? 1e-6 : 1e-12; }
+
+void ExpectAllMatch(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectMatches(got[i], want[i], Rtol(want[i].scalar_type()), Atol(want[i].scalar_type()),
+                  absl::StrCat("output ", i));
+  }
+}
+
+// The 10-op chain: mul, add, tanh, sub, relu, sigmoid, exp, mul.Scalar, add (alpha 2), neg.
+at::Tensor Chain10(const at::Tensor& x, const at::Tensor& w) {
+  at::Tensor y = x * w;
+  y = y + x;
+  y = torch::tanh(y);
+  y = y - w;
+  y = torch::relu(y);
+  y = torch::sigmoid(y);
+  y = torch::exp(y);
+  y = y * 0.5;
+  y = torch::add(y, x, 2);
+  return -y;
+}
+
+std::vector<at::Tensor> Chain10Fn(const Args& a) { return {Chain10(a[0].toTensor(), a[1].toTensor())}; }
+
+// Calls f twice (the first call returns the trace's eager result) and returns the cached run.
+std::vector<at::Tensor> CallCached(CompiledFunction& f, const Args& args) {
+  f(args);
+  return f(args);
+}
+
+std::string EntryBackend(const CompiledFunction& f, int entry = 0) {
+  return json::parse(f.explain_json())["entries"][entry]["backend"].get<std::string>();
+}
+
+// The kernel sources in the cache (one .cc per compiled library).
+std::string AllSources(const ScopedCacheDir& dir) {
+  std::string all;
+  for (const std::string& p : dir.Files(".cc")) all += ReadFile(p);
+  return all;
+}
+
+// Fails the test if a fused region fell back to replay in its scope: the kernels really ran.
+class ExpectKernelsRan {
+ public:
+  ExpectKernelsRan() : before_(CodegenRegionFallbacks()) {}
+  ~ExpectKernelsRan() { EXPECT_EQ(CodegenRegionFallbacks(), before_) << "a fused region was replayed"; }
+
+ private:
+  int64_t before_;
+};
+
+class CppBackendTest : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(CppBackendTest, Chain10SmallAndLarge) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  for (int64_t n : {16, 1 << 20}) {
+    const auto opts = torch::TensorOptions().dtype(GetParam());
+    const at::Tensor x = torch::randn({n}, opts), w = torch::randn({n}, opts);
+    CompiledFunction f = compile(Chain10Fn, Cpp());
+    const auto got = CallCached(f, {x, w});
+    ExpectAllMatch(got, {Chain10(x, w)});
+    EXPECT_EQ(f.stats().cache_hits, 1);
+    EXPECT_EQ(EntryBackend(f), kBackend);
+  }
+  // One library per size would be wrong: sizes are a run-time parameter, so both share it.
+  EXPECT_EQ(dir.Files(".so").size(), 1u);
+  const std::string source = AllSources(dir);
+  EXPECT_THAT(source, HasSubstr("extern \"C\" void warden_kernel_0(const void** in, void** out, int64_t n)"));
+  EXPECT_THAT(source, HasSubstr("#pragma omp simd"));
+  for (const char* op : {"aten::mul.Tensor", "aten::add.Tensor", "aten::tanh", "aten::sub.Tensor",
+                         "aten::relu", "aten::sigmoid", "aten::exp", "aten::mul.Scalar", "aten::neg"}) {
+    EXPECT_THAT(source, HasSubstr(op));
+  }
+}
+
+TEST_P(CppBackendTest, NanAndInfPropagateLikeEager) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const at::Tensor x = torch::tensor({nan, inf, -inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e30, -1e30,
+                                      1e-40, 88.8, -88.8, 3.0, -3.0, 1e38, -710.0},
+                                     opts);
+  const at::Tensor w = torch::tensor({1.0, nan, 2.0, inf, -inf, 0.0, -0.0, -1.0, nan, 1e30, 1e30,
+                                      -1e-40, 1.0, 1.0, -inf, inf, 2.0, 1.0},
+                                     opts);
+  CompiledFunction f = compile(Chain10Fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+  EXPECT_EQ(EntryBackend(f), kBackend);
+}
+
+// Every fused op in one region (one compile), on special values.
+std::vector<at::Tensor> AllOps(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();
+  const at::Tensor& y = a[1].toTensor();
+  return {x + y,
+          torch::add(x, y, 2.5),
+          x + 1.5,
+          torch::add(x, 3, -2),
+          x - y,
+          torch::sub(x, y, 0.5),
+          x - 2,
+          torch::rsub(x, y),
+          torch::rsub(x, y, 3),
+          torch::rsub(x, 1.0),
+          x * y,
+          x * 3,
+          x / y,
+          x / 3.0,
+          -x,
+          torch::relu(x),
+          torch::sigmoid(x),
+          torch::tanh(x),
+          torch::exp(x),
+          torch::log(x),
+          torch::abs(x),
+          torch::sqrt(x),
+          torch::rsqrt(x),
+          torch::reciprocal(x),
+          torch::square(x),
+          x.clamp_min(0.5),
+          x.clamp_max(-0.5),
+          torch::maximum(x, y),
+          torch::minimum(x, y)};
+}
+
+TEST_P(CppBackendTest, EveryFusedOpMatchesEagerOnSpecialValues) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  std::vector<double> xs = {nan, inf, -inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e30, -1e30, 1e-40, 88.8,
+                            -88.8, 3.0, -3.0, 20.0, -20.0, 1e-3, 7.25};
+  std::vector<double> ys = {1.0, nan, 2.0, inf, -inf, 0.0, -0.0, -1.0, nan, 1e30, 3.0, -1e-40, 1.0,
+                            1.0, -inf, inf, -20.0, 20.0, 0.25, -7.25};
+  // Plus ordinary values, so that the vectorized body (not just the scalar tail) runs.
+  for (int i = 0; i < 100; ++i) {
+    xs.push_back(std::sin(i) * 5);
+    ys.push_back(std::cos(i * 0.7) * 3);
+  }
+  const at::Tensor x = torch::tensor(xs, opts), y = torch::tensor(ys, opts);
+  CompiledFunction f = compile(AllOps, Cpp());
+  const auto got = CallCached(f, {x, y});
+  const auto want = AllOps({x, y});
+  ExpectAllMatch(got, want);
+  EXPECT_EQ(EntryBackend(f), kBackend);
+  // Every op above is fused: all of them appear in the generated source.
+  const std::string source = AllSources(dir);
+  for (const std::string& op : codegen::FusibleOps()) EXPECT_THAT(source, HasSubstr(op)) << op;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CppBackendTest, ::testing::Values(at::kFloat, at::kDouble),
+                         [](const auto& info) { return std::string(c10::toString(info.param)); });
+
+TEST(CppBackend, EmptyTensors) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{0}, {3, 0}}) {
+    const at::Tensor x = torch::randn(shape), w = torch::randn(shape);
+    CompiledFunction f = compile(Chain10Fn, Cpp());
+    ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+  }
+}
+
+TEST(CppBackend, NonContiguousInputsAreCorrect) {
+  ScopedCacheDir dir;
+  const at::Tensor x = torch::randn({64, 64}), w = torch::randn({64, 64});
+  // Traced on contiguous inputs, called with a transposed one: either a guard recompiles or the
+  // kernel's run-time layout check replays the region; both must match eager.
+  CompiledFunction f = compile(Chain10Fn, Cpp("contiguous_first"));
+  ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+  const at::Tensor xt = x.t();
+  ASSERT_FALSE(xt.is_contiguous());
+  const int64_t fallbacks = CodegenRegionFallbacks();
+  ExpectAllMatch(f({xt, w}), {Chain10(xt, w)});
+  ExpectAllMatch(f({xt, w}), {Chain10(xt, w)});
+  std::cout << "transposed input: "
+            << (f.stats().compiles == 1 ? "no recompile, the kernel's check replayed the region"
+                                        : "a guard recompiled")
+            << "\n";
+  if (f.stats().compiles == 1) {
+    EXPECT_EQ(CodegenRegionFallbacks(), fallbacks + 2);  // no stride guard: the kernel's check
+  }
+  ExpectAllMatch(f({x, w}), {Chain10(x, w)});
+  // Traced on a transposed input: the ops that touch it are not fused (their results are not
+  // contiguous either), the rest may be.
+  CompiledFunction g = compile(Chain10Fn, Cpp("transposed_first"));
+  ExpectAllMatch(CallCached(g, {xt, w}), {Chain10(xt, w)});
+  ExpectAllMatch(g({xt, w.t()}), {Chain10(xt, w.t())});
+  // A sliced (offset, strided) input.
+  const at::Tensor big = torch::randn({64, 128});
+  const at::Tensor sliced = big.slice(1, 1, 65);
+  ExpectAllMatch(f({sliced, w}), {Chain10(sliced, w)});
+}
+
+// Sizes are a run-time parameter of the kernel: automatic dynamic shapes reuse the same source
+// (and library) for every size, and each size is correct.
+TEST(CppBackend, DynamicSizesShareOneKernel) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  Options o = Cpp();
+  o.dynamic = Dynamic::kAuto;
+  CompiledFunction f = compile(Chain10Fn, o);
+  for (int64_t n : {16, 17, 100, 5000, 16}) {
+    const at::Tensor x = torch::randn({n}), w = torch::randn({n});
+    f({x, w});
+    ExpectAllMatch(f({x, w}), {Chain10(x, w)});
+  }
+  EXPECT_LE(f.stats().compiles, 2);
+  EXPECT_EQ(dir.Files(".so").size(), 1u);
+}
+
+// A double argument used as a Scalar is a literal in the kernel; its guard recompiles on change.
+TEST(CppBackend, ScalarArgumentsAreGuarded) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::tanh(a[0].toTensor() * a[1].toDouble()) + a[2].toInt()};
+  };
+  const at::Tensor x = torch::randn({64});
+  CompiledFunction f = compile(fn, Cpp());
+  for (const Args& args : {Args{x, 2.0, int64_t{1}}, Args{x, -0.5, int64_t{1}}, Args{x, -0.5, int64_t{7}}}) {
+    f(args);
+    ExpectAllMatch(f(args), fn(args));
+  }
+}
+
+// An artifact runs from many threads at once (each large call also splits across ATen's pool).
+TEST(CppBackend, RunsFromManyThreads) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const at::Tensor x = torch::randn({100000}), w = torch::randn({100000});
+  const at::Tensor want = Chain10(x, w);
+  CompiledFunction f = compile(Chain10Fn, Cpp());
+  f({x, w});
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) wrong += !torch::allclose(f({x, w})[0], want, 1e-5, 1e-6);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(f.stats().cache_hits, 80);
+}
+
+// 0-dim tensors (an argument and a captured constant) are read once and broadcast.
+TEST(CppBackend, ZeroDimOperands) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const at::Tensor bias = torch::tensor(0.25f);
+  auto fn = [bias](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor& s = a[1].toTensor();
+    return {torch::tanh(x * s + bias) - s};
+  };
+  const at::Tensor x = torch::randn({1000}), s = torch::tensor(1.5f);
+  CompiledFunction f = compile(fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, s}), fn({x, s}));
+  const at::Tensor s2 = torch::tensor(-3.0f);
+  ExpectAllMatch(f({x, s2}), fn({x, s2}));  // the value is read at run time, not baked in
+  EXPECT_THAT(AllSources(dir), HasSubstr("(0-dim)"));
+}
+
+TEST(CppBackend, MixedGraphMatmulChainSoftmax) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor& w = a[1].toTensor();
+    const at::Tensor& b = a[2].toTensor();
+    at::Tensor h = torch::matmul(x, w);
+    at::Tensor y = torch::sigmoid(torch::tanh(h * 2 + b) - h);
+    at::Tensor s = torch::softmax(y, -1);
+    return {s, torch::matmul(s, w.t()) * 3 - 1};
+  };
+  const at::Tensor x = torch::randn({8, 32}), w = torch::randn({32, 16}), b = torch::randn({8, 16});
+  CompiledFunction f = compile(fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, w, b}), fn({x, w, b}));
+  EXPECT_EQ(EntryBackend(f), kBackend);
+  const std::string source = AllSources(dir);
+  EXPECT_THAT(source, HasSubstr("warden_kernel_1"));  // two regions, around the softmax and matmul
+  EXPECT_THAT(source, Not(HasSubstr("softmax")));
+  EXPECT_THAT(source, Not(HasSubstr("matmul")));
+}
+
+TEST(CppBackend, IntermediateAlsoReturned) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    at::Tensor mid = torch::exp(x * 0.5);
+    at::Tensor out = torch::relu(mid - 1.5);
+    return {out, mid, out};
+  };
+  const at::Tensor x = torch::randn({4, 8});
+  CompiledFunction f = compile(fn, Cpp());
+  const auto got = CallCached(f, {x});
+  ExpectAllMatch(got, fn({x}));
+  EXPECT_TRUE(got[0].is_same(got[2]));  // the same tensor twice, as eager returns it
+  // One kernel with two outputs (mid and out); x * 0.5 and mid - 1.5 stay in registers.
+  const std::string source = AllSources(dir);
+  EXPECT_THAT(source, HasSubstr("out1[i]"));
+  EXPECT_THAT(source, Not(HasSubstr("out2[i]")));
+}
+
+// In-place ops are not fused; values around them still are, and the order of effects is eager's.
+TEST(CppBackend, InPlaceOpsKeepEagerOrder) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor().clone();
+    at::Tensor y = torch::tanh(x * 2);
+    x.add_(1);
+    at::Tensor z = torch::sigmoid(x + y);
+    y.mul_(z);
+    return {y * 3, z, x};
+  };
+  const at::Tensor x = torch::randn({33});
+  CompiledFunction f = compile(fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x}), fn({x}));
+}
+
+// Mixed dtypes and broadcasting are replayed, not fused.
+TEST(CppBackend, BroadcastAndMixedDtypesAreReplayed) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor& row = a[1].toTensor();
+    const at::Tensor& d = a[2].toTensor();
+    return {torch::tanh(x + row), x * d, torch::exp(x.to(torch::kDouble)) + d};
+  };
+  const at::Tensor x = torch::randn({5, 7}), row = torch::randn({7}),
+                   d = torch::randn({5, 7}, torch::kDouble);
+  CompiledFunction f = compile(fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, row, d}), fn({x, row, d}));
+}
+
+// A graph with nothing to fuse needs no compiler.
+TEST(CppBackend, NothingFusibleCompilesNothing) {
+  ScopedCacheDir dir;
+  ScopedEnv path("PATH", "/nonexistent");
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::softmax(torch::matmul(a[0].toTensor(), a[0].toTensor().t()), -1)};
+  };
+  const at::Tensor x = torch::randn({4, 6});
+  CompiledFunction f = compile(fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x}), fn({x}));
+  EXPECT_EQ(EntryBackend(f), kBackend);
+  EXPECT_TRUE(dir.Files(".so").empty());
+}
+
+double MillisOfFirstCall(CompiledFunction& f, const Args& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f(args);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(CppBackend, SecondCompileHitsTheDiskCache) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const at::Tensor x = torch::randn({16}), w = torch::randn({16});
+  const codegen::KernelCacheStats s0 = codegen::GetKernelCacheStats();
+  double cold, warm;
+  {
+    CompiledFunction f = compile(Chain10Fn, Cpp("cold"));
+    cold = MillisOfFirstCall(f, {x, w});
+    ExpectAllMatch(f({x, w}), {Chain10(x, w)});
+  }
+  const codegen::KernelCacheStats s1 = codegen::GetKernelCacheStats();
+  EXPECT_EQ(s1.compiles, s0.compiles + 1);
+  ASSERT_EQ(dir.Files(".so").size(), 1u);
+  ASSERT_EQ(dir.Files(".cc").size(), 1u);
+  // The library is named by its key and records it; the source next to it is the kernel's.
+  const std::string so = dir.Files(".so")[0];
+  const std::string key = fs::path(so).stem().string();
+  EXPECT_EQ(key.size(), 32u);
+  EXPECT_THAT(ReadFile(so), HasSubstr("warden-kernel-key:" + key));
+
+  CompiledFunction g = compile(Chain10Fn, Cpp("warm"));
+  warm = MillisOfFirstCall(g, {x, w});
+  ExpectAllMatch(g({x, w}), {Chain10(x, w)});
+  const codegen::KernelCacheStats s2 = codegen::GetKernelCacheStats();
+  EXPECT_EQ(s2.compiles, s1.compiles);
+  EXPECT_EQ(s2.disk_hits, s1.disk_hits + 1);
+  std::cout << "first call incl. trace + compile: cold " << cold << " ms, warm (disk cache) " << warm
+            << " ms\n";
+}
+
+// The child half of SecondProcessLoadsWithoutCompiling (skipped unless spawned by it).
+TEST(CppBackend, ChildProcessLoadsFromDisk) {
+  if (std::getenv("WARDEN_TEST_CHILD") == nullptr) GTEST_SKIP() << "only run as a child process";
+  const at::Tensor x = torch::randn({16}), w = torch::randn({16});
+  const auto t0 = std::chrono::steady_clock::now();
+  CompiledFunction f = compile(Chain10Fn, Cpp("child"));
+  f({x, w});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ExpectAllMatch(f({x, w}), {Chain10(x, w)});
+  EXPECT_EQ(EntryBackend(f), kBackend);
+  const codegen::KernelCacheStats s = codegen::GetKernelCacheStats();
+  EXPECT_EQ(s.compiles, 0);
+  EXPECT_EQ(s.disk_hits, 1);
+  std::cout << "child process: first call incl. trace + disk-cache load " << ms << " ms\n";
+}
+
+TEST(CppBackend, SecondProcessLoadsWithoutCompiling) {
+  if (std::getenv("WARDEN_TEST_CHILD") != nullptr) GTEST_SKIP();
+  ScopedCacheDir dir;
+  {
+    CompiledFunction f = compile(Chain10Fn, Cpp("parent"));
+    const at::Tensor x = torch::randn({16}), w = torch::randn({16});
+    f({x, w});
+  }
+  ASSERT_EQ(dir.Files(".so").size(), 1u);
+  ScopedEnv child("WARDEN_TEST_CHILD", "1");
+  // The child must not touch the parent's Bazel/gtest result files.
+  ScopedEnv no_exit_file("TEST_PREMATURE_EXIT_FILE", nullptr);
+  ScopedEnv no_xml("XML_OUTPUT_FILE", nullptr);
+  ScopedEnv no_gtest_output("GTEST_OUTPUT", nullptr);
+  ScopedEnv no_shard_file("TEST_SHARD_STATUS_FILE", nullptr);
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=CppBackend.ChildProcessLoadsFromDisk";
+  std::vector<char*> argv = {self.data(), filter.data(), nullptr};
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child process failed (its output is above)";
+}
+
+TEST(CppBackend, CorruptCachedLibraryIsRebuilt) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  const at::Tensor x = torch::randn({100}), w = torch::randn({100});
+  {
+    CompiledFunction f = compile(Chain10Fn, Cpp());
+    f({x, w});
+  }  // unloaded here
+  ASSERT_EQ(dir.Files(".so").size(), 1u);
+  const std::string so = dir.Files(".so")[0];
+  const std::string good = ReadFile(so);
+  const std::vector<std::string> corruptions = {"garbage, not an ELF file",
+                                                good.substr(0, good.size() / 2)};  // truncated
+  for (const std::string& bad : corruptions) {
+    fs::remove(so);  // a new file (inode): never the one a live library maps
+    std::ofstream(so, std::ios::binary) << bad;
+    const codegen::KernelCacheStats s0 = codegen::GetKernelCacheStats();
+    {
+      CompiledFunction f = compile(Chain10Fn, Cpp());
+      ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+      EXPECT_EQ(EntryBackend(f), kBackend);
+    }
+    const codegen::KernelCacheStats s1 = codegen::GetKernelCacheStats();
+    EXPECT_EQ(s1.discarded, s0.discarded + 1);
+    EXPECT_EQ(s1.compiles, s0.compiles + 1);
+    EXPECT_EQ(ReadFile(so).size(), good.size());
+  }
+}
+
+TEST(CppBackend, NoCompilerFallsBackToAten) {
+  ScopedCacheDir dir;
+  ScopedEnv cxx("WARDEN_CXX", nullptr);
+  ScopedEnv path("PATH", "/nonexistent");
+  const at::Tensor x = torch::randn({16}), w = torch::randn({16});
+  CompiledFunction f = compile(Chain10Fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+  ExpectAllMatch(f({x, w}), {Chain10(x, w)});
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 2);
+  EXPECT_EQ(EntryBackend(f), "aten");
+  EXPECT_THAT(f.explain(), HasSubstr("backend 'cpp_experimental' failed (no C++ compiler: 'g++' is not in PATH=/nonexistent"));
+  EXPECT_TRUE(dir.Files(".so").empty());
+}
+
+TEST(CppBackend, CompileErrorFallsBackWithTheCompilersMessage) {
+  ScopedCacheDir dir;
+  // A "compiler" that always fails with a message.
+  const std::string fake = dir.root() + "/fake-cxx";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                          "if [ \"$1\" = --version ]; then echo 'fake-cxx 1.0'; exit 0; fi\n"
+                          "echo 'fake-cxx: internal compiler error: out of luck' >&2\n"
+                          "exit 3\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  ScopedEnv cxx("WARDEN_CXX", fake.c_str());
+  const at::Tensor x = torch::randn({16}), w = torch::randn({16});
+  CompiledFunction f = compile(Chain10Fn, Cpp());
+  ExpectAllMatch(CallCached(f, {x, w}), {Chain10(x, w)});
+  EXPECT_EQ(EntryBackend(f), "aten");
+  const std::string text = f.explain();
+  EXPECT_THAT(text, HasSubstr("failed (exit 3)"));
+  EXPECT_THAT(text, HasSubstr("internal compiler error: out of luck"));
+}
+
+// LoadKernels' error channel, code and message, without going through compile().
+TEST(KernelCache, ErrorsCarryCodeAndMessage) {
+  ScopedCacheDir dir;
+  {
+    ScopedEnv path("PATH", "/nonexistent");
+    ScopedEnv cxx("WARDEN_CXX", nullptr);
+    auto lib = codegen::LoadKernels("extern \"C\" void k(const void**, void**, long) {}", {"k"});
+    EXPECT_EQ(lib.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(lib.status().message(), HasSubstr("no C++ compiler"));
+  }
+  auto bad = codegen::LoadKernels("this is not C++;\n", {"k"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(bad.status().message(), HasSubstr("g++ failed (exit 1)"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("error:"));
+  auto missing = codegen::LoadKernels("extern \"C\" void k(const void**, void**, long) {}\n", {"other"});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing symbol other"));
+  auto good = codegen::LoadKernels("extern \"C\" void k(const void**, void**, long) {}\n", {"k"});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_NE((*good)->Find("k"), nullptr);
+  EXPECT_EQ((*good)->Find("other"), nullptr);
+  EXPECT_EQ(fs::path((*good)->path()).parent_path().string(), dir.kernels());
+}
+
+// Concurrent builds of one key (threads here, processes in real use) all end with a loadable
+// library: temp files are unique and renames atomic.
+TEST(KernelCache, ConcurrentBuildsOfOneKey) {
+  ScopedCacheDir dir;
+  const std::string source = "extern \"C\" void k(const void**, void**, long) {}\n// concurrent\n";
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] { ok += codegen::LoadKernels(source, {"k"}).ok(); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(dir.Files(".so").size(), 1u);
+  for (const auto& e : fs::directory_iterator(dir.kernels())) {
+    EXPECT_THAT(e.path().string(), Not(HasSubstr(".tmp."))) << "a temp file was left behind";
+  }
+}
+
+TEST(KernelCache, DirectoryDefaultsUnderHome) {
+  ScopedEnv root("WARDEN_CACHE_DIR", nullptr);
+  ScopedEnv home("HOME", "/home/someone");
+  EXPECT_EQ(codegen::KernelCacheDir(), "/home/someone/.cache/warden/kernels");
+  ScopedEnv set("WARDEN_CACHE_DIR", "/var/tmp/w");
+  EXPECT_EQ(codegen::KernelCacheDir(), "/var/tmp/w/kernels");
+}
+
+}  // namespace
+}  // namespace warden
