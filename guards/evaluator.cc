@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
@@ -35,6 +36,13 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
   // Every instruction after kArgCount may index args; kArgType of an argument precedes its tensor
   // and scalar checks, so the unchecked accessors below see the type they expect.
   for (const Instr& in : code_) {
+    if (in.op == kFusedAutogradState) {
+      const c10::AutogradState& state = c10::AutogradState::get_tls_state();
+      const int64_t now = (static_cast<int64_t>(state.get_grad_mode()) << 1) |
+                          static_cast<int64_t>(state.get_inference_mode());
+      if (now != in.expected) return false;
+      continue;
+    }
     if (in.op == kFusedTensorMeta) {
       // expected: device code; aux: layout << 1 | requires_grad.
       const c10::TensorImpl* t = args[in.arg].unsafeToTensorImpl();
@@ -153,8 +161,16 @@ GuardProgram GuardProgram::AfterSignatureMatch(const std::vector<Guard>& guards)
   std::vector<Guard> rest;
   // Per tensor argument: device, layout, requires_grad, merged when all three are present.
   std::map<int, std::array<const Guard*, 3>> meta;
+  const Guard* grad = nullptr;
+  const Guard* inference = nullptr;
+  for (const Guard& g : guards) {
+    if (g.kind == GuardKind::kGradMode) grad = &g;
+    if (g.kind == GuardKind::kInferenceMode) inference = &g;
+  }
+  const bool fuse_autograd = grad != nullptr && inference != nullptr;
   for (const Guard& g : guards) {
     if (IsKeyed(g.kind)) continue;
+    if (fuse_autograd && (&g == grad || &g == inference)) continue;
     if (g.kind == GuardKind::kDevice || g.kind == GuardKind::kLayout ||
         g.kind == GuardKind::kRequiresGrad) {
       auto& slot = meta[g.arg];
@@ -183,6 +199,10 @@ GuardProgram GuardProgram::AfterSignatureMatch(const std::vector<Guard>& guards)
     return in.op > static_cast<uint8_t>(GuardKind::kDefaultDtype);
   });
   p.code_.insert(globals_end, fused.begin(), fused.end());
+  if (fuse_autograd) {
+    p.code_.insert(p.code_.begin(), Instr{kFusedAutogradState, -1, 0,
+                                          (grad->expected ? 2 : 0) | (inference->expected ? 1 : 0)});
+  }
   return p;
 }
 

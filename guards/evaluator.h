@@ -41,8 +41,10 @@ class GuardProgram {
   size_t size() const { return code_.size(); }
 
  private:
-  // Internal opcode: a GuardKind, or kFusedTensorMeta.
+  // Internal opcode: a GuardKind, kFusedTensorMeta, or kFusedAutogradState (grad mode and
+  // inference mode from one read of c10::AutogradState; expected = grad << 1 | inference).
   static constexpr uint8_t kFusedTensorMeta = 0xF0;
+  static constexpr uint8_t kFusedAutogradState = 0xF1;
   struct Instr {
     uint8_t op;
     int32_t arg;

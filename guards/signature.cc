@@ -125,4 +125,71 @@ uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_
   return Finish(h);
 }
 
+ProbePlan PlanOf(const std::vector<Probe>& mask) {
+  ProbePlan plan;
+  for (const Probe& p : mask) {
+    if (plan.args.empty() || plan.args.back().arg != p.arg) {
+      plan.args.push_back({p.arg, 0, static_cast<uint16_t>(plan.dims.size()), 0});
+    }
+    ProbePlan::Arg& a = plan.args.back();
+    switch (p.kind) {
+      case GuardKind::kArgCount: break;
+      case GuardKind::kArgType: a.flags |= ProbePlan::kType; break;
+      case GuardKind::kDtype: a.flags |= ProbePlan::kDtype; break;
+      case GuardKind::kRank: a.flags |= ProbePlan::kRank; break;
+      case GuardKind::kSize:
+        plan.dims.push_back(p.dim);
+        ++a.num_dims;
+        break;
+      case GuardKind::kIntValue: a.flags |= ProbePlan::kInt; break;
+      case GuardKind::kDoubleValue: a.flags |= ProbePlan::kDouble; break;
+      case GuardKind::kBoolValue: a.flags |= ProbePlan::kBool; break;
+      default: break;
+    }
+  }
+  plan.num_values = mask.size();
+  return plan;
+}
+
+uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_args,
+                  int64_t* values) noexcept {
+  // Writes values in the mask's order: per argument type, dtype, rank, sizes, then the scalar
+  // value (the GuardKind order SignatureOf sorts by).
+  uint64_t h = kSeed;
+  int64_t* out = values;
+  auto emit = [&](int64_t v) {
+    *out++ = v;
+    h = Mix(h, v);
+  };
+  for (const ProbePlan::Arg& pa : plan.args) {
+    if (pa.arg < 0) {
+      emit(static_cast<int64_t>(num_args));
+      continue;
+    }
+    const c10::IValue* a = static_cast<size_t>(pa.arg) < num_args ? &args[pa.arg] : nullptr;
+    const int64_t type = a != nullptr ? TypeCode(*a) : kMissing;
+    const c10::TensorImpl* t =
+        type == static_cast<int64_t>(ArgType::kTensor) ? a->unsafeToTensorImpl() : nullptr;
+    if (pa.flags & ProbePlan::kType) emit(type);
+    if (t != nullptr) {
+      const int64_t rank = t->dim();
+      if (pa.flags & ProbePlan::kDtype) emit(static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype())));
+      if (pa.flags & ProbePlan::kRank) emit(rank);
+      const int64_t* sizes = t->sizes().data();
+      for (uint16_t k = 0; k < pa.num_dims; ++k) {
+        const int32_t d = plan.dims[pa.first_dim + k];
+        emit(d < rank ? sizes[d] : kMissing);
+      }
+    } else {
+      if (pa.flags & ProbePlan::kDtype) emit(kMissing);
+      if (pa.flags & ProbePlan::kRank) emit(-1);  // as the mask path reads it
+      for (uint16_t k = 0; k < pa.num_dims; ++k) emit(kMissing);
+    }
+    if (pa.flags & ProbePlan::kInt) emit(a != nullptr && a->isInt() ? a->toInt() : kMissing);
+    if (pa.flags & ProbePlan::kDouble) emit(a != nullptr && a->isDouble() ? DoubleKey(a->toDouble()) : kMissing);
+    if (pa.flags & ProbePlan::kBool) emit(a != nullptr && a->isBool() ? a->toBool() : kMissing);
+  }
+  return Finish(h);
+}
+
 }  // namespace warden::guards

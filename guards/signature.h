@@ -35,6 +35,26 @@ struct Signature {
 // The signature of a guard list.
 Signature SignatureOf(const std::vector<Guard>& guards);
 
+// A mask compiled for the hot path: one record per argument (what to read of it) and the dims
+// whose sizes are keyed, so an argument is loaded once and no switch runs per probe.
+struct ProbePlan {
+  struct Arg {
+    int32_t arg;         // -1: the argument count
+    uint8_t flags;       // kType | kDtype | kRank | kInt | kDouble | kBool
+    uint16_t first_dim;  // into dims
+    uint16_t num_dims;
+  };
+  enum : uint8_t { kType = 1, kDtype = 2, kRank = 4, kInt = 8, kDouble = 16, kBool = 32 };
+  std::vector<Arg> args;
+  std::vector<int32_t> dims;
+  size_t num_values = 0;
+};
+ProbePlan PlanOf(const std::vector<Probe>& mask);
+
+// HashCall with a plan: the same values in the same order, and the same hash.
+uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_args,
+                  int64_t* values) noexcept;
+
 // Hot path. Budget: one read and one multiply per probe; no allocation, no throw. Probes of
 // arguments that are missing or of another type hash a sentinel, so they never match by accident
 // more than a hash collision would (and the guard program rejects those).

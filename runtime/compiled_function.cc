@@ -78,7 +78,7 @@ void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntr
       if (g.mask == e->signature.mask) group = &g;
     }
     if (group == nullptr) {
-      snap->groups.push_back({e->signature.mask, {}});
+      snap->groups.push_back({e->signature.mask, guards::PlanOf(e->signature.mask), {}});
       group = &snap->groups.back();
     }
     group->by_key[e->signature.key].push_back(e.get());
@@ -164,7 +164,9 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
     std::string failure;
     if (e->artifact->Run(args, outputs, &failure)) {
       hits_.fetch_add(1, std::memory_order_relaxed);
-      e->hits.fetch_add(1, std::memory_order_relaxed);
+      // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
+      // hot path) that may undercount when threads hit the same entry at once.
+      e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       e->last_used.store(call_index, std::memory_order_relaxed);
       return true;
     }
@@ -172,7 +174,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
     return false;
   };
   for (const Snapshot::Group& group : snap->groups) {
-    const uint64_t key = guards::HashCall(group.mask, args.data(), args.size(), values);
+    const uint64_t key = guards::HashCall(group.plan, args.data(), args.size(), values);
     auto bucket = group.by_key.find(key);
     if (bucket == group.by_key.end()) continue;
     for (const CacheEntry* e : bucket->second) {

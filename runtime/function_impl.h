@@ -46,6 +46,7 @@ struct Snapshot {
   // Entries grouped by signature mask; within a group, by signature key (newest first).
   struct Group {
     std::vector<guards::Probe> mask;  // at most kMaxProbes long (longer masks are not grouped)
+    guards::ProbePlan plan;           // the mask compiled for HashCall
     std::unordered_map<uint64_t, std::vector<const CacheEntry*>> by_key;
   };
   std::vector<Group> groups;

@@ -222,3 +222,31 @@ TEST(AfterSignatureMatch, AgreesWithTheFullProgram) {
 
 }  // namespace
 }  // namespace warden::guards
+
+namespace warden::guards {
+namespace {
+
+TEST(ProbePlan, HashesAndValuesEqualTheMaskPath) {
+  const Signature s = SignatureOf(Guards());
+  const ProbePlan plan = PlanOf(s.mask);
+  EXPECT_EQ(plan.num_values, s.mask.size());
+  const std::vector<Args> calls = {
+      {torch::randn({3, 4}), int64_t{2}, 0.5, true},
+      {torch::randn({5, 4}), int64_t{2}, 0.5, true},
+      {torch::randn({3}), int64_t{2}, 0.5, true},
+      {int64_t{1}, torch::randn({3, 4}), 0.5, true},
+      {torch::randn({3, 4}), int64_t{2}},
+      {torch::randn({3, 4}), int64_t{2}, std::nan(""), false, int64_t{9}},
+      {c10::IValue(at::Tensor()), int64_t{2}, 0.5, true},
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::vector<int64_t> a(s.mask.size()), b(s.mask.size());
+    const uint64_t ha = HashCall(s.mask, calls[i].data(), calls[i].size(), a.data());
+    const uint64_t hb = HashCall(plan, calls[i].data(), calls[i].size(), b.data());
+    EXPECT_EQ(ha, hb) << "call " << i;
+    EXPECT_EQ(a, b) << "call " << i;
+  }
+}
+
+}  // namespace
+}  // namespace warden::guards
