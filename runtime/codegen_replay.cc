@@ -1,5 +1,5 @@
-// Boxed replay of single nodes. This mirrors ReplayArtifact in aten_backend.cc step for step (kept
-// in sync by hand until "aten" is rebuilt on top of this file).
+// Boxed replay of single nodes: the steps of backend "aten" (aten_backend.cc) and of the unfused
+// nodes of the code-generating backend.
 #include "runtime/codegen_replay.h"
 
 #include "absl/strings/str_cat.h"
