@@ -156,46 +156,9 @@ BENCHMARK(BM_PassthroughDynamic)->Arg(4);
 
 using warden::bench::Ns;
 using warden::bench::RecordingReporter;
-
-double ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-struct PairTiming {
-  Ns eager, warden;
-};
-
-// Per-call ns of `eager` and `warden` in alternating rounds (which goes first alternates too);
-// the median of the rounds' per-call means.
-template <typename Eager, typename Warden>
-PairTiming Interleaved(int rounds, int calls_per_round, Eager eager, Warden warden) {
-  using Clock = std::chrono::steady_clock;
-  auto time = [&](auto& body, std::vector<double>* real, std::vector<double>* cpu) {
-    const double c0 = ThreadCpuNs();
-    const auto t0 = Clock::now();
-    for (int i = 0; i < calls_per_round; ++i) body();
-    const auto t1 = Clock::now();
-    const double c1 = ThreadCpuNs();
-    real->push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / calls_per_round);
-    cpu->push_back((c1 - c0) / calls_per_round);
-  };
-  std::vector<double> er, ec, wr, wc;
-  time(eager, &er, &ec);  // warm up both
-  time(warden, &wr, &wc);
-  er.clear(), ec.clear(), wr.clear(), wc.clear();
-  for (int r = 0; r < rounds; ++r) {
-    if (r % 2 == 0) {
-      time(eager, &er, &ec);
-      time(warden, &wr, &wc);
-    } else {
-      time(warden, &wr, &wc);
-      time(eager, &er, &ec);
-    }
-  }
-  return {{Median(er), Median(ec)}, {Median(wr), Median(wc)}};
-}
+using warden::bench::Interleaved;
+using warden::bench::PairTiming;
+using warden::bench::ThreadCpuNs;
 
 void PrintPair(const std::string& label, const Ns& eager, const Ns& warden, const char* note = "") {
   std::printf("  %-28s cpu: eager %7.1f warden %7.1f overhead %7.1f ns | real: eager %7.1f warden %7.1f "
