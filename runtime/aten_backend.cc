@@ -54,23 +54,11 @@ class ReplayArtifact final : public Artifact {
       }
       return true;
     }
-    thread_local Scratch scratch;
-    Scratch local;
-    Scratch& buffers = scratch.busy ? local : scratch;  // re-entrant runs get their own
-    buffers.busy = true;
-    struct Release {
-      Scratch& s;
-      ~Release() {
-        s.slots.clear();  // drop the references, keep the capacity
-        s.stack.clear();
-        s.busy = false;
-      }
-    } release{buffers};
-    std::vector<c10::IValue>& slots = buffers.slots;
-    slots.resize(num_slots_);
+    codegen::RunScratch scratch(num_slots_);
+    std::vector<c10::IValue>& slots = scratch.slots();
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
     for (const codegen::OpStep& s : steps_) {
-      if (!codegen::RunOpStep(s, slots, buffers.stack, value_guard_failure)) return false;
+      if (!codegen::RunOpStep(s, slots, scratch.stack(), value_guard_failure)) return false;
     }
     for (const Output& o : outputs_) {
       outputs->push_back(o.slot >= 0 ? slots[o.slot].toTensor() : o.constant);
@@ -79,11 +67,6 @@ class ReplayArtifact final : public Artifact {
   }
 
  private:
-  struct Scratch {
-    std::vector<c10::IValue> slots;
-    torch::jit::Stack stack;
-    bool busy = false;
-  };
   struct Output {
     int slot = -1;        // a value of the graph
     int arg = -1;         // it is this argument (used when the graph has no steps)

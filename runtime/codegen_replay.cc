@@ -169,4 +169,22 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
   return true;
 }
 
+RunScratch::Buffers& RunScratch::ThreadBuffers() {
+  thread_local Buffers buffers;
+  return buffers;
+}
+
+RunScratch::RunScratch(int num_slots) {
+  Buffers& shared = ThreadBuffers();
+  buffers_ = shared.busy ? &local_ : &shared;
+  buffers_->busy = true;
+  buffers_->slots.resize(num_slots);
+}
+
+RunScratch::~RunScratch() {
+  buffers_->slots.clear();
+  buffers_->stack.clear();
+  buffers_->busy = false;
+}
+
 }  // namespace warden::codegen

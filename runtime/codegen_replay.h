@@ -68,6 +68,30 @@ OpStep MakeOpStep(const tracer::Graph& graph, const tracer::Node& n, SlotMap& sl
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure);
 
+// The per-run buffers of a replaying artifact: a slot array of `num_slots` values and a stack,
+// taken from this thread's reusable pair (a re-entrant run on the same thread gets fresh ones)
+// and cleared on destruction, which drops the references and keeps the capacity.
+class RunScratch {
+ public:
+  explicit RunScratch(int num_slots);
+  ~RunScratch();
+  RunScratch(const RunScratch&) = delete;
+  RunScratch& operator=(const RunScratch&) = delete;
+
+  std::vector<c10::IValue>& slots() { return buffers_->slots; }
+  torch::jit::Stack& stack() { return buffers_->stack; }
+
+ private:
+  struct Buffers {
+    std::vector<c10::IValue> slots;
+    torch::jit::Stack stack;
+    bool busy = false;
+  };
+  static Buffers& ThreadBuffers();
+  Buffers local_;
+  Buffers* buffers_;
+};
+
 }  // namespace warden::codegen
 
 #endif  // WARDEN_RUNTIME_CODEGEN_REPLAY_H_

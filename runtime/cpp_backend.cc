@@ -114,31 +114,19 @@ class CppArtifact final : public CodegenArtifact {
   // the region's outputs); takes no lock. Scratch buffers are per thread as in backend "aten".
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
-    thread_local Scratch scratch;
-    Scratch local;
-    Scratch& buffers = scratch.busy ? local : scratch;  // re-entrant runs get their own
-    buffers.busy = true;
-    struct Release {
-      Scratch& s;
-      ~Release() {
-        s.slots.clear();
-        s.stack.clear();
-        s.busy = false;
-      }
-    } release{buffers};
-    std::vector<c10::IValue>& slots = buffers.slots;
-    slots.resize(num_slots_);
+    codegen::RunScratch scratch(num_slots_);
+    std::vector<c10::IValue>& slots = scratch.slots();
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
     for (const Step& s : steps_) {
       if (!s.kernel) {
-        if (!codegen::RunOpStep(ops_[s.index], slots, buffers.stack, value_guard_failure)) return false;
+        if (!codegen::RunOpStep(ops_[s.index], slots, scratch.stack(), value_guard_failure)) return false;
         continue;
       }
       const KernelStep& k = kernels_[s.index];
       if (RunKernel(k, slots)) continue;
       region_fallbacks.fetch_add(1, std::memory_order_relaxed);
       for (int op = k.first_op; op < k.end_op; ++op) {
-        if (!codegen::RunOpStep(ops_[op], slots, buffers.stack, value_guard_failure)) return false;
+        if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
       }
     }
     outputs->clear();
@@ -150,11 +138,6 @@ class CppArtifact final : public CodegenArtifact {
   }
 
  private:
-  struct Scratch {
-    std::vector<c10::IValue> slots;
-    torch::jit::Stack stack;
-    bool busy = false;
-  };
   struct Step {
     bool kernel;
     int index;  // into kernels_ or ops_
