@@ -11,26 +11,10 @@
 #include <torch/torch.h>
 
 #include "guards/guard.h"
+#include "tests/guards/guard_test_util.h"
 
 namespace warden::guards {
 namespace {
-
-using Args = std::vector<c10::IValue>;
-
-Guard Make(GuardKind kind, int arg = -1, int64_t expected = 0, int dim = -1, int other_arg = -1) {
-  Guard g{kind};
-  g.arg = arg;
-  g.dim = dim;
-  g.other_arg = other_arg;
-  g.expected = expected;
-  return g;
-}
-
-Guard DoubleGuard(int arg, double expected) {
-  Guard g = Make(GuardKind::kDoubleValue, arg);
-  g.expected_double = expected;
-  return g;
-}
 
 Guard Relation(std::vector<std::pair<int, int>> symbols, tracer::SymExpr lhs, tracer::SymExpr rhs) {
   Guard g = Make(GuardKind::kSizeRelation, symbols.at(0).first, 0, symbols.at(0).second);

@@ -2,6 +2,7 @@
 // used by guards(entry)/explain()/WARDEN_LOGS=guards, Actual()/Holds() reference semantics and
 // SameDouble.
 #include "guards/guard.h"
+#include "tests/guards/guard_test_util.h"
 
 #include <cmath>
 #include <limits>
@@ -12,23 +13,6 @@
 
 namespace warden::guards {
 namespace {
-
-using Args = std::vector<c10::IValue>;
-
-Guard Make(GuardKind kind, int arg = -1, int64_t expected = 0, int dim = -1, int other_arg = -1) {
-  Guard g{kind};
-  g.arg = arg;
-  g.dim = dim;
-  g.other_arg = other_arg;
-  g.expected = expected;
-  return g;
-}
-
-Guard DoubleGuard(int arg, double expected) {
-  Guard g = Make(GuardKind::kDoubleValue, arg);
-  g.expected_double = expected;
-  return g;
-}
 
 // lhs == rhs over the sizes listed in `symbols` (symbol k is args[symbols[k].first].size(...)).
 Guard Relation(std::vector<std::pair<int, int>> symbols, tracer::SymExpr lhs, tracer::SymExpr rhs,

@@ -11,24 +11,10 @@
 
 #include "guards/evaluator.h"
 
+#include "tests/guards/guard_test_util.h"
+
 namespace warden::guards {
 namespace {
-
-using Args = std::vector<c10::IValue>;
-
-Guard Make(GuardKind kind, int arg = -1, int64_t expected = 0, int dim = -1) {
-  Guard g{kind};
-  g.arg = arg;
-  g.dim = dim;
-  g.expected = expected;
-  return g;
-}
-
-Guard DoubleGuard(int arg, double expected) {
-  Guard g = Make(GuardKind::kDoubleValue, arg);
-  g.expected_double = expected;
-  return g;
-}
 
 int64_t Code(ArgType t) { return static_cast<int64_t>(t); }
 
