@@ -233,15 +233,7 @@ void InterleavedSummary(int rounds) {
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  int rounds = 41;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--summary_rounds=", 17) == 0) {
-      rounds = std::atoi(argv[i] + 17);
-      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-      --argc;
-      --i;
-    }
-  }
+  const int rounds = warden::bench::TakeSummaryRounds(&argc, argv, 41);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
   RecordingReporter reporter;

@@ -6,6 +6,8 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -92,6 +94,20 @@ PairTiming Interleaved(int rounds, int calls_per_round, Eager eager, Warden ward
     }
   }
   return {{Median(er), Median(ec)}, {Median(wr), Median(wc)}};
+}
+
+// Removes `--summary_rounds=N` (rounds of the interleaved summary; 0 skips it) from argv, which
+// Google Benchmark would otherwise reject, and returns N (or `default_rounds`).
+inline int TakeSummaryRounds(int* argc, char** argv, int default_rounds) {
+  int rounds = default_rounds;
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strncmp(argv[i], "--summary_rounds=", 17) != 0) continue;
+    rounds = std::atoi(argv[i] + 17);
+    for (int j = i; j + 1 < *argc; ++j) argv[j] = argv[j + 1];
+    --*argc;
+    --i;
+  }
+  return rounds;
 }
 
 }  // namespace warden::bench
