@@ -27,12 +27,31 @@ class Artifact {
                    std::string* value_guard_failure) const = 0;
 };
 
+// What a backend knows about the entry it compiles beyond the graph.
+struct CompileContext {
+  std::string function_name = "fn";  // Options.name, for logs and generated-code comments
+  // Per value id of the graph: true where the value's shape has a symbolic dim, i.e. its sizes may
+  // differ from the traced ones (tracer::Value::meta) in calls that hit the entry. Empty: every
+  // size is static, equal to the traced sizes. Artifacts may bake static sizes in as literals.
+  std::vector<bool> symbolic_shape;
+  bool output_code = false;  // WARDEN_LOGS=output_code: print generated code on stderr
+
+  bool IsStatic(tracer::ValueId id) const {
+    return id < 0 || static_cast<size_t>(id) >= symbolic_shape.size() || !symbolic_shape[id];
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual absl::StatusOr<std::unique_ptr<Artifact>> Compile(
       std::shared_ptr<const tracer::Graph> graph) = 0;
+  // Backends that use the context override this; the default ignores it.
+  virtual absl::StatusOr<std::unique_ptr<Artifact>> Compile(
+      std::shared_ptr<const tracer::Graph> graph, const CompileContext& context) {
+    return Compile(std::move(graph));
+  }
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -172,8 +173,21 @@ absl::StatusOr<std::string> FindCompiler() {
                                                     " (install g++ or set WARDEN_CXX)"));
 }
 
-// The first line of `<compiler> --version`, memoized per compiler path for the process.
-absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler) {
+// What identifies the compiler binary without running it: its resolved path and the file's
+// device, inode, size and modification time. An upgrade or a retargeted symlink changes it.
+std::string CompilerFileStamp(const std::string& compiler) {
+  char resolved[PATH_MAX];
+  const std::string real = realpath(compiler.c_str(), resolved) != nullptr ? resolved : compiler;
+  struct stat st;
+  if (stat(real.c_str(), &st) != 0) return "";
+  return absl::StrCat(real, "|", st.st_dev, "|", st.st_ino, "|", st.st_size, "|", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec);
+}
+
+// The first line of `<compiler> --version`: memoized per compiler path for the process, and on disk
+// in <cache>/compilers/ keyed by CompilerFileStamp, so that a new process loading cached kernels
+// does not spawn the compiler at all (a warm load costs a few file reads and one dlopen).
+absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler, const std::string& cache_dir) {
   static std::mutex mu;
   static auto* known = new std::map<std::string, std::string>();
   {
@@ -181,12 +195,27 @@ absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler) {
     auto it = known->find(compiler);
     if (it != known->end()) return it->second;
   }
+  const std::string stamp = CompilerFileStamp(compiler);
+  const std::string memo = absl::StrCat(cache_dir, "/compilers/", HashHex(stamp), ".id");
+  std::string line;
+  if (!stamp.empty()) {
+    std::ifstream in(memo);
+    std::string stored_stamp;
+    if (std::getline(in, stored_stamp) && stored_stamp == stamp && std::getline(in, line) && !line.empty()) {
+      std::lock_guard<std::mutex> lock(mu);
+      known->emplace(compiler, line);
+      return line;
+    }
+  }
   std::string output;
   ASSIGN_OR_RETURN(const int rc, RunProcess({compiler, "--version"}, &output));
   if (rc != 0) {
     return absl::FailedPreconditionError(absl::StrCat(compiler, " --version failed (exit ", rc, "): ", output));
   }
-  const std::string line = output.substr(0, output.find('\n'));
+  line = output.substr(0, output.find('\n'));
+  if (!stamp.empty() && MakeDirs(absl::StrCat(cache_dir, "/compilers")).ok()) {
+    WriteAtomically(memo, absl::StrCat(stamp, "\n", line, "\n")).IgnoreError();  // only a memo
+  }
   std::lock_guard<std::mutex> lock(mu);
   known->emplace(compiler, line);
   return line;
@@ -244,9 +273,9 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& pat
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
     const std::string& source, const std::vector<std::string>& kernels) {
   ASSIGN_OR_RETURN(const std::string compiler, FindCompiler());
-  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler));
   const std::string dir = KernelCacheDir();
   RETURN_IF_ERROR(MakeDirs(dir));
+  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler, dir));
   const std::string key = HashHex(absl::StrCat(
       "warden-kernel-v1", std::string(1, '\0'), source, std::string(1, '\0'), compiler,
       std::string(1, '\0'), identity, std::string(1, '\0'), absl::StrJoin(CompileFlags(), " "), " ",

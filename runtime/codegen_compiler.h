@@ -9,6 +9,8 @@
 // process and are renamed into place, so concurrent processes never see a partial file. Every
 // library defines `warden_kernel_key` = the key; a file that does not contain it, fails dlopen or
 // lacks a symbol is deleted and rebuilt once. The compiler is $WARDEN_CXX, else `g++` from PATH.
+// Its `--version` line is memoized in <cache>/kernels/compilers/ under a stamp of the binary (resolved
+// path, inode, size, mtime), so a process that finds its kernels on disk never runs the compiler.
 #ifndef WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 #define WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "guards/builder.h"
+#include "runtime/codegen_artifact.h"
 #include "runtime/function_impl.h"
 #include "tracer/tracer.h"
 
@@ -24,14 +25,72 @@ void ValidateArgs(const std::vector<c10::IValue>& args, const CompiledFunction::
   }
 }
 
-// The backend that will compile entries of this function, and why if it is not the one asked for.
-std::unique_ptr<Backend> ChooseBackend(const Options& options, std::string* note) {
-  if (options.backend == "cpp" && MakeBackend("cpp") == nullptr) {
+// The backend named `name`, and why if it is not the one asked for.
+std::unique_ptr<Backend> ChooseBackend(const std::string& name, std::string* note) {
+  if (name == "cpp" && MakeBackend("cpp") == nullptr) {
     *note = "backend 'cpp' is not available in this build; entries use 'aten' (replay)";
     runtime::WarnOnce("cpp-fallback", absl::StrCat("warden: ", *note));
     return MakeBackend("aten");
   }
-  return MakeBackend(options.backend);
+  return MakeBackend(name);
+}
+
+struct Compiled {
+  std::unique_ptr<Artifact> artifact;
+  std::string backend;  // the one that produced it
+  std::string note;     // why it is not the one asked for
+};
+
+// WARDEN_LOGS=output_code: the generated source and where its library lives.
+void LogOutputCode(const Artifact& artifact, const std::string& where) {
+  const auto* codegen = dynamic_cast<const CodegenArtifact*>(&artifact);
+  if (codegen == nullptr) return;
+  runtime::LogToStderr(absl::StrCat(
+      "warden: output code of ", where, " (", codegen->library_path().empty() ? "no library" : codegen->library_path(),
+      "):\n", codegen->source().empty() ? "// nothing fused: every node is an ATen call\n" : codegen->source()));
+}
+
+// Compiles `graph` with backend `name`; if that backend fails (no compiler, a compile error, ...),
+// with "aten" instead, warning once per function with the backend's message.
+absl::StatusOr<Compiled> CompileWithFallback(const std::string& name, const std::shared_ptr<const tracer::Graph>& graph,
+                                             const CompileContext& context, int function_id,
+                                             const std::string& where) {
+  Compiled c;
+  std::unique_ptr<Backend> backend = ChooseBackend(name, &c.note);
+  if (backend == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown backend '", name, "' (registered: ",
+                                            absl::StrJoin(BackendNames(), ", "), ")"));
+  }
+  auto artifact = backend->Compile(graph, context);
+  if (!artifact.ok() && backend->name() != "aten") {
+    c.note = absl::StrCat("backend '", backend->name(), "' failed (", artifact.status().message(),
+                          "); using 'aten'");
+    runtime::WarnOnce(absl::StrCat("backend-failed-", function_id),
+                      absl::StrCat("warden: function '", context.function_name, "': ", c.note));
+    backend = MakeBackend("aten");
+    artifact = backend->Compile(graph, context);
+  }
+  if (!artifact.ok()) return artifact.status();
+  c.artifact = *std::move(artifact);
+  c.backend = backend->name();
+  if (context.output_code) LogOutputCode(*c.artifact, where);
+  return c;
+}
+
+CompileContext ContextOf(const CacheEntry& entry, const Options& options, const runtime::LogTopics& logs) {
+  CompileContext context;
+  context.function_name = options.name;
+  context.output_code = logs.output_code;
+  if (entry.shapes != nullptr) {
+    const auto& shapes = entry.shapes->shapes;
+    context.symbolic_shape.resize(shapes.size(), false);
+    for (size_t v = 0; v < shapes.size(); ++v) {
+      for (const ops::Dim& d : shapes[v]) {
+        if (!d.is_constant()) context.symbolic_shape[v] = true;
+      }
+    }
+  }
+  return context;
 }
 
 }  // namespace
@@ -41,7 +100,14 @@ CompiledFunction::Impl::Impl(Fn fn, Options options, int id)
   Publish({});
 }
 
-CompiledFunction::Impl::~Impl() = default;
+CompiledFunction::Impl::~Impl() {
+  std::vector<std::thread> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs.swap(background_);
+  }
+  for (std::thread& t : jobs) t.join();
+}
 
 std::string CompiledFunction::Impl::ArgName(size_t i) const {
   if (i < options_.arg_names.size() && !options_.arg_names[i].empty()) return options_.arg_names[i];
@@ -306,27 +372,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   entry->signature = guards::SignatureOf(entry->program.guards());
   entry->residual = guards::GuardProgram::AfterSignatureMatch(entry->program.guards());
 
-  std::unique_ptr<Backend> backend = ChooseBackend(options_, &entry->backend_note);
-  if (backend == nullptr) {
-    throw Error(absl::StrCat("warden: function '", options_.name, "': unknown backend '",
-                             options_.backend, "' (registered: ", absl::StrJoin(BackendNames(), ", "),
-                             ")"));
-  }
-  auto artifact = backend->Compile(entry->graph);
-  if (!artifact.ok() && backend->name() != "aten") {
-    entry->backend_note = absl::StrCat("backend '", backend->name(), "' failed (",
-                                       artifact.status().message(), "); using 'aten'");
-    runtime::WarnOnce(absl::StrCat("backend-failed-", id_),
-                      absl::StrCat("warden: function '", options_.name, "': ", entry->backend_note));
-    backend = MakeBackend("aten");
-    artifact = backend->Compile(entry->graph);
-  }
-  if (!artifact.ok()) {
-    throw Error(absl::StrCat("warden: function '", options_.name,
-                             "': could not compile the traced graph: ", artifact.status().message()));
-  }
-  entry->backend = backend->name();
-  entry->artifact = *std::move(artifact);
+  CompileEntry(entry, names);
   compiles_.fetch_add(1);
 
   if (logs_.graph) {
@@ -350,6 +396,51 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   return trace.outputs;
 }
 
+// Note [Background compile]
+// With Options::async_compile the miss that creates an entry returns the traced (eager) result at
+// once and publishes the entry with a replay ("aten") artifact; a thread owned by the function
+// compiles the real one and installs it with one atomic pointer store (ArtifactSlot). Calls before
+// that replay the graph, calls after run the kernel; both compute what eager does, so a call never
+// sees a half-switched state. The job touches only the entry (kept alive by its shared_ptr) and
+// process-wide logging, never the function's state; ~Impl joins outstanding jobs.
+void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& entry,
+                                          const std::vector<std::string>& names) {
+  const CompileContext context = ContextOf(*entry, options_, logs_);
+  const std::string where = absl::StrCat(options_.name, " entry ", id_, "/", entry->index);
+  if (!options_.async_compile || options_.backend == "aten") {
+    auto compiled = CompileWithFallback(options_.backend, entry->graph, context, id_, where);
+    if (!compiled.ok()) {
+      throw Error(absl::StrCat("warden: function '", options_.name,
+                               "': could not compile the traced graph: ", compiled.status().message()));
+    }
+    entry->artifact.Install(std::move(compiled->artifact), compiled->backend, compiled->note);
+    return;
+  }
+  // Background compile: replay now, the real artifact once it is built (Note [Background compile]).
+  auto replay = CompileWithFallback("aten", entry->graph, context, id_, where);
+  if (!replay.ok()) {
+    throw Error(absl::StrCat("warden: function '", options_.name,
+                             "': could not compile the traced graph: ", replay.status().message()));
+  }
+  entry->artifact.Install(std::move(replay->artifact), "aten",
+                          absl::StrCat("compiling with '", options_.backend,
+                                       "' in the background; replaying with 'aten' until it is ready"));
+  background_.emplace_back([entry, backend = options_.backend, context, id = id_, where] {
+    try {
+      auto compiled = CompileWithFallback(backend, entry->graph, context, id, where);
+      if (compiled.ok()) {
+        entry->artifact.Install(std::move(compiled->artifact), compiled->backend, compiled->note);
+      } else {
+        entry->artifact.SetNote(absl::StrCat("background compile with '", backend, "' failed (",
+                                             compiled.status().message(), "); replaying with 'aten'"));
+      }
+    } catch (const std::exception& e) {
+      entry->artifact.SetNote(absl::StrCat("background compile with '", backend, "' failed (",
+                                           e.what(), "); replaying with 'aten'"));
+    }
+  });
+}
+
 std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::string>& names) {
   std::vector<std::string> lines;
   for (const guards::Guard& g : e.program.guards()) {
@@ -366,7 +457,7 @@ CompiledFunction compile(Fn fn, Options options) {
     throw Error(absl::StrCat("warden::compile: options.cache_size_limit must be >= 0, got ",
                              options.cache_size_limit));
   }
-  if (options.backend != "cpp" && MakeBackend(options.backend) == nullptr) {
+  if (MakeBackend(options.backend) == nullptr && options.backend != "cpp") {
     throw Error(absl::StrCat("warden::compile: unknown backend '", options.backend,
                              "' (registered: ", absl::StrJoin(BackendNames(), ", "), ")"));
   }

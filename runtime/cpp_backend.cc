@@ -1,4 +1,4 @@
-// Backend "cpp" (registered as "cpp_experimental" until it is the default): a hybrid artifact.
+// Backend "cpp" (the default): a hybrid artifact.
 // Regions of fusible pointwise nodes (Note [Pointwise regions]) run as one generated C++ kernel
 // each; every other node is replayed through its operator handle exactly like backend "aten".
 // A region whose inputs at run time are not what the kernel assumes (contiguous, equal sizes, the
@@ -26,7 +26,7 @@ using codegen::OpStep;
 using tracer::Graph;
 using tracer::ValueId;
 
-constexpr char kBackendName[] = "cpp_experimental";
+constexpr char kBackendName[] = "cpp";
 
 std::atomic<int64_t> region_fallbacks{0};
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/codegen_artifact.h"
 #include "runtime/function_impl.h"
 
 namespace warden {
@@ -29,6 +30,27 @@ std::string GraphText(const CacheEntry& e) {
   });
 }
 
+namespace {
+
+// What a code-generating artifact compiled, for explain; empty for replay artifacts.
+struct CodegenInfo {
+  std::string library;
+  std::string source;
+  int regions = 0;
+};
+
+CodegenInfo CodegenInfoOf(const CacheEntry& e) {
+  CodegenInfo info;
+  if (const auto* c = dynamic_cast<const CodegenArtifact*>(e.artifact.get())) {
+    info.library = c->library_path();
+    info.source = c->source();
+    info.regions = static_cast<int>(c->fused_regions().size());
+  }
+  return info;
+}
+
+}  // namespace
+
 std::string CompiledFunction::explain() const {
   const Impl& f = *impl_;
   std::lock_guard<std::mutex> lock(f.mu_);
@@ -44,9 +66,15 @@ std::string CompiledFunction::explain() const {
                   " (most recently used first)\n");
   for (const auto& e : entries) {
     const auto names = f.ArgNames(e->graph->arg_kinds.size());
-    absl::StrAppend(&out, "\nentry ", f.id_, "/", e->index, ": backend ", e->backend, ", created at call ",
-                    e->created_at_call, ", hits ", e->hits.load(), "\n");
-    if (!e->backend_note.empty()) absl::StrAppend(&out, "  note: ", e->backend_note, "\n");
+    absl::StrAppend(&out, "\nentry ", f.id_, "/", e->index, ": backend ", e->artifact.backend(),
+                    ", created at call ", e->created_at_call, ", hits ", e->hits.load(), "\n");
+    const std::string note = e->artifact.note();
+    if (!note.empty()) absl::StrAppend(&out, "  note: ", note, "\n");
+    const CodegenInfo code = CodegenInfoOf(*e);
+    if (!code.library.empty()) {
+      absl::StrAppend(&out, "  kernels: ", code.regions, " fused region", code.regions == 1 ? "" : "s",
+                      " in ", code.library, " (source beside it; WARDEN_LOGS=output_code prints it)\n");
+    }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
     if (e->shapes != nullptr && !e->shapes->symbols.empty()) {
       absl::StrAppend(&out, "  symbols:");
@@ -82,7 +110,8 @@ std::string CompiledFunction::explain_json() const {
   doc["options"] = {{"backend", f.options_.backend},
                     {"dynamic", DynamicName(f.options_.dynamic)},
                     {"cache_size_limit", f.options_.cache_size_limit},
-                    {"fail_on_cache_limit", f.options_.fail_on_cache_limit}};
+                    {"fail_on_cache_limit", f.options_.fail_on_cache_limit},
+                    {"async_compile", f.options_.async_compile}};
   doc["stats"] = {{"calls", s.calls},
                   {"cache_hits", s.cache_hits},
                   {"compiles", s.compiles},
@@ -99,8 +128,11 @@ std::string CompiledFunction::explain_json() const {
     }
     entries.push_back({{"index", e->index},
                        {"id", absl::StrCat(f.id_, "/", e->index)},
-                       {"backend", e->backend},
-                       {"backend_note", e->backend_note},
+                       {"backend", e->artifact.backend()},
+                       {"backend_note", e->artifact.note()},
+                       {"kernel_library", CodegenInfoOf(*e).library},
+                       {"fused_regions", CodegenInfoOf(*e).regions},
+                       {"generated_source", CodegenInfoOf(*e).source},
                        {"created_at_call", e->created_at_call},
                        {"hits", e->hits.load()},
                        {"graph", GraphText(*e)},

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +23,44 @@
 
 namespace warden {
 
+// The artifact an entry runs, and which backend made it. Set once before the entry is published;
+// with Options::async_compile a background compile installs the final artifact later. The hot path
+// takes no lock: it loads the active pointer. Replaced artifacts live as long as the entry, since a
+// concurrent call may still be running one.
+class ArtifactSlot {
+ public:
+  const Artifact* operator->() const { return active_.load(std::memory_order_acquire); }
+  const Artifact* get() const { return active_.load(std::memory_order_acquire); }
+
+  // Makes `artifact` (compiled by `backend`; `note` says why that is not the backend asked for,
+  // or that a better one is being compiled) the one calls run from now on.
+  void Install(std::unique_ptr<Artifact> artifact, std::string backend, std::string note) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_.store(artifact.get(), std::memory_order_release);
+    owned_.push_back(std::move(artifact));
+    backend_ = std::move(backend);
+    note_ = std::move(note);
+  }
+  std::string backend() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return backend_;
+  }
+  std::string note() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return note_;
+  }
+  void SetNote(std::string note) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    note_ = std::move(note);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<Artifact>> owned_;
+  mutable std::string backend_, note_;
+  mutable std::atomic<const Artifact*> active_{nullptr};
+};
+
 struct CacheEntry {
   int index = 0;                    // E in "F/E": creation order within the function
   int64_t created_at_call = 0;
@@ -29,9 +68,7 @@ struct CacheEntry {
   guards::Signature signature;     // exact-match part, hashed for lookup
   guards::GuardProgram residual;   // what the hit path checks after an exact signature match
   std::shared_ptr<const tracer::Graph> graph;
-  std::unique_ptr<Artifact> artifact;
-  std::string backend;              // the backend that actually compiled it
-  std::string backend_note;         // why it differs from Options.backend, if it does
+  ArtifactSlot artifact;
   std::vector<std::string> rule_mismatches;
   std::shared_ptr<const ops::ShapePassResult> shapes;  // null: every used size is static
   mutable std::atomic<int64_t> last_used{0};  // call index of the last hit (MRU order)
@@ -80,6 +117,7 @@ class CompiledFunction::Impl {
   bool limit_warned_ = false;
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
+  std::vector<std::thread> background_;            // async_compile jobs, joined by ~Impl
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;
@@ -90,6 +128,9 @@ class CompiledFunction::Impl {
   std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,
                                const std::map<int, std::string>& value_failures);
   void RecordEvent(RecompileEvent event);                                // requires mu_
+  // Compiles the entry's artifact with Options.backend (falling back to "aten"), or, with
+  // async_compile, installs a replay artifact now and starts the real compile. Requires mu_.
+  void CompileEntry(const std::shared_ptr<CacheEntry>& entry, const std::vector<std::string>& names);
   // The (arg, dim) pairs to make symbolic in the next compile: automatic dynamic (kAuto),
   // every dim (kDynamic), then mark_dynamic / mark_static hints. Requires mu_.
   std::set<std::pair<int, int>> DynamicDims(const std::vector<c10::IValue>& args,

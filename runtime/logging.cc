@@ -25,7 +25,8 @@ LogTopics LogTopics::Parse(const std::string& spec) {
     if (topic == "recompiles") t.recompiles = true;
     if (topic == "graph" || topic == "graph_code") t.graph = true;
     if (topic == "guards") t.guards = true;
-    if (topic == "all") t.recompiles = t.graph = t.guards = true;
+    if (topic == "output_code") t.output_code = true;
+    if (topic == "all") t.recompiles = t.graph = t.guards = t.output_code = true;
   }
   return t;
 }

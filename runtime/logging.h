@@ -1,5 +1,5 @@
-// WARDEN_LOGS: a comma-separated list of topics ("recompiles", "graph", "guards", "all"), read
-// when a function is compiled. Output goes to stderr in the formats of ../shared/API.md.
+// WARDEN_LOGS: a comma-separated list of topics ("recompiles", "graph", "guards", "output_code",
+// "all"), read when a function is compiled. Output goes to stderr in the formats of ../shared/API.md.
 #ifndef WARDEN_RUNTIME_LOGGING_H_
 #define WARDEN_RUNTIME_LOGGING_H_
 
@@ -11,6 +11,7 @@ struct LogTopics {
   bool recompiles = false;
   bool graph = false;
   bool guards = false;
+  bool output_code = false;  // generated C++ of backend "cpp" and its library path
 
   static LogTopics FromEnv();                         // reads WARDEN_LOGS now
   static LogTopics Parse(const std::string& spec);    // "recompiles,graph"

@@ -32,6 +32,8 @@ struct Options {
   int cache_size_limit = 8;               // entries per function; past it calls run eagerly
   bool fail_on_cache_limit = false;       // throw instead of running eagerly
   std::vector<std::string> arg_names;     // names used in reasons; default "arg0", "arg1", ...
+  bool async_compile = false;             // compile kernels in the background; until one is
+                                          // ready its entry replays the graph ("aten")
 };
 
 // The traced function: ordinary LibTorch code. Arguments are tensors, ints, doubles or bools.

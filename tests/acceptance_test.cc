@@ -1,7 +1,10 @@
 // Acceptance scenarios through the public API only (runtime/warden.h), mirroring behaviours
 // PyTorch users know from torch.compile: recompiles with exact reasons, cache limits, mutation,
 // unused arguments, results equal to eager.
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <sys/stat.h>
 #include <cstdlib>
 #include <thread>
 
@@ -458,14 +461,85 @@ TEST(Acceptance, ExplainShowsGraphGuardsAndEvents) {
   EXPECT_THROW(f.guards(0), warden::Error);
 }
 
-TEST(Acceptance, CppBackendFallsBackToAten) {
-  warden::Options o;  // backend "cpp" (default)
-  auto f = warden::compile(AddRelu, o);
+// Kernel libraries of these tests go to the test's own directory, not to a shared cache.
+void UseTestCacheDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/warden-acceptance";
+  setenv("WARDEN_CACHE_DIR", dir.c_str(), 1);
+}
+
+TEST(Acceptance, DefaultBackendIsCppAndCompilesKernels) {
+  UseTestCacheDir();
+  EXPECT_EQ(warden::Options{}.backend, "cpp");
+  auto f = warden::compile(AddRelu);
   auto x = torch::randn({3}), y = torch::randn({3});
+  ExpectSame(f({x, y}), AddRelu({x, y}));
+  ExpectSame(f({y, x}), AddRelu({y, x}));
+  EXPECT_EQ(f.stats().cache_hits, 1);
+  const std::string text = f.explain();
+  EXPECT_THAT(text, HasSubstr(": backend cpp, created at call 0"));
+  EXPECT_THAT(text, HasSubstr("kernels: 1 fused region in "));
+  EXPECT_THAT(f.explain_json(), HasSubstr("extern \\\"C\\\""));  // JSON-escaped source
+}
+
+TEST(Acceptance, OutputCodeLogPrintsTheGeneratedSource) {
+  UseTestCacheDir();
+  setenv("WARDEN_LOGS", "output_code", 1);
+  warden::Options o;
+  o.name = "logged";
+  auto f = warden::compile(AddRelu, o);
+  unsetenv("WARDEN_LOGS");
+  auto x = torch::randn({5}), y = torch::randn({5});
   testing::internal::CaptureStderr();
   ExpectSame(f({x, y}), AddRelu({x, y}));
-  testing::internal::GetCapturedStderr();
-  EXPECT_THAT(f.explain(), HasSubstr("backend aten"));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr("warden: output code of logged entry "));
+  EXPECT_THAT(err, HasSubstr("extern \"C\""));
+  EXPECT_THAT(err, HasSubstr(".so"));
+}
+
+// Note [Background compile]: the first call returns at once, later calls replay until the kernel
+// is installed, and every result along the way equals eager.
+TEST(Acceptance, AsyncCompileSwitchesToTheKernelWithoutWrongResults) {
+  UseTestCacheDir();
+  // A compiler that takes a second, so that the replay phase is certain to be observed.
+  const std::string slow = std::string(std::getenv("WARDEN_CACHE_DIR")) + "-slow-cxx.sh";
+  {
+    std::ofstream script(slow);
+    script << "#!/bin/sh\nsleep 1\nexec g++ \"$@\"\n";
+  }
+  ASSERT_EQ(chmod(slow.c_str(), 0755), 0);
+  setenv("WARDEN_CXX", slow.c_str(), 1);
+  warden::Options o;
+  o.async_compile = true;
+  o.name = "async";
+  auto f = warden::compile(AddRelu, o);
+  auto y = torch::randn({64});
+  auto x0 = torch::randn({64});
+  ExpectSame(f({x0, y}), AddRelu({x0, y}));
+  EXPECT_THAT(f.explain(), HasSubstr("compiling with 'cpp' in the background; replaying with 'aten'"));
+  ExpectSame(f({y, x0}), AddRelu({y, x0}));  // served by the replay artifact
+  EXPECT_EQ(f.stats().cache_hits, 1);
+  bool switched = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto x = torch::randn({64});
+    ExpectSame(f({x, y}), AddRelu({x, y}));
+    if (f.explain().find(": backend cpp, created") != std::string::npos) {
+      switched = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(switched) << f.explain();
+  for (int i = 0; i < 10; ++i) {
+    auto x = torch::randn({64});
+    ExpectSame(f({x, y}), AddRelu({x, y}));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  EXPECT_THAT(f.explain(), HasSubstr("kernels: 1 fused region in "));
+  unsetenv("WARDEN_CXX");
 }
 
 TEST(Acceptance, ConcurrentCallersAgreeWithEager) {

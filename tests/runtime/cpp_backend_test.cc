@@ -1,4 +1,4 @@
-// Tests of backend "cpp_experimental" (runtime/cpp_backend.cc, codegen_*.cc) through
+// Tests of backend "cpp" (runtime/cpp_backend.cc, codegen_*.cc) through
 // warden::compile: differential tests against eager for every fused op and for chains (f32/f64,
 // NaN/Inf, empty, non-contiguous, 0-dim operands, mixed graphs), the on-disk kernel cache (reuse in
 // the same and in a second process, corrupt files) and the fallback to "aten" without a compiler.
@@ -37,7 +37,7 @@ using ::testing::Not;
 using Args = std::vector<c10::IValue>;
 using json = nlohmann::json;
 
-constexpr char kBackend[] = "cpp_experimental";
+constexpr char kBackend[] = "cpp";
 
 Options Cpp(const std::string& name = "fn") {
   Options o;
@@ -604,7 +604,7 @@ TEST(CppBackend, NoCompilerFallsBackToAten) {
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.stats().cache_hits, 2);
   EXPECT_EQ(EntryBackend(f), "aten");
-  EXPECT_THAT(f.explain(), HasSubstr("backend 'cpp_experimental' failed (no C++ compiler: 'g++' is not in PATH=/nonexistent"));
+  EXPECT_THAT(f.explain(), HasSubstr("backend 'cpp' failed (no C++ compiler: 'g++' is not in PATH=/nonexistent"));
   EXPECT_TRUE(dir.Files(".so").empty());
 }
 
