@@ -49,6 +49,25 @@ inline std::vector<at::Tensor> ReluFmaFn(const std::vector<c10::IValue>& args) {
 // An MLP block (linear, gelu, linear) followed by a single-head attention block (q/k/v
 // projections, softmax(q k^T / sqrt(d)) v, residual, layer_norm) on x of shape [batch, seq, d].
 // The weights are constants of the function, as captured module parameters would be.
+// The 10-op pointwise chain of the codegen benchmarks (mul, add, tanh, sub, relu, sigmoid, exp,
+// scalar mul, add with alpha, neg).
+inline at::Tensor Chain10(const at::Tensor& x, const at::Tensor& w) {
+  at::Tensor y = x * w;
+  y = y + x;
+  y = torch::tanh(y);
+  y = y - w;
+  y = torch::relu(y);
+  y = torch::sigmoid(y);
+  y = torch::exp(y);
+  y = y * 0.5;
+  y = torch::add(y, x, 2);
+  return -y;
+}
+
+inline std::vector<at::Tensor> Chain10Fn(const std::vector<c10::IValue>& args) {
+  return {Chain10(args[0].toTensor(), args[1].toTensor())};
+}
+
 struct MlpAttention {
   int64_t d;
   at::Tensor w1, b1, w2, b2, wq, wk, wv, ln_w, ln_b;
