@@ -1,11 +1,15 @@
 // Pointwise fusion: the op table (one row per fusible ATen op, with the C expression that
-// computes it as ATen's CPU kernel does), region partition and source emission.
+// computes it as ATen's CPU kernel does), type promotion, region partition, layout collapsing and
+// source emission.
 #include "runtime/codegen_pointwise.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
+
+#include <c10/core/DefaultDtype.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,6 +18,7 @@
 namespace warden::codegen {
 namespace {
 
+using at::ScalarType;
 using tracer::Graph;
 using tracer::Node;
 using tracer::NodeArg;
@@ -22,79 +27,186 @@ using tracer::TensorMeta;
 using tracer::Value;
 using tracer::ValueId;
 
-// What an op's emitter gets: tensor operands as C expressions, then its Scalar arguments as
-// literals of the region's dtype (and their values, for simplifications like alpha == 1).
+// What an op's emitter gets: tensor operands as C expressions of the compute dtype, then its
+// Scalar arguments as literals of that dtype (and their values, for simplifications like
+// alpha == 1), and the node's remaining constant arguments.
 struct Operands {
   std::vector<std::string> t;
   std::vector<std::string> s;
   std::vector<double> value;
-  bool is_float = true;  // f32 (else f64)
+  std::vector<c10::IValue> extra;
+  ScalarType dtype = ScalarType::Float;  // compute dtype
 
   const std::string& a() const { return t[0]; }
   const std::string& b() const { return t[1]; }
-  std::string Fn(const char* name) const { return absl::StrCat(name, is_float ? "f" : ""); }
-  const char* Zero() const { return is_float ? "0.0f" : "0.0"; }
-  const char* One() const { return is_float ? "1.0f" : "1.0"; }
-  const char* Nan() const { return is_float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")"; }
-  // self + alpha * other the way ATen's add kernel computes it: vec::fmadd(other, alpha, self),
-  // which for alpha == 1 rounds exactly like self + other.
+  bool is_float() const { return dtype == ScalarType::Float; }
+  bool is_integral() const { return !at::isFloatingType(dtype); }
+  std::string Fn(const char* name) const { return absl::StrCat(name, is_float() ? "f" : ""); }
+  std::string Call(const char* name, const std::string& x) const { return absl::StrCat(Fn(name), "(", x, ")"); }
+  std::string Lit(double v) const;  // a literal of the compute dtype
+  const char* Zero() const { return is_integral() ? "0" : is_float() ? "0.0f" : "0.0"; }
+  const char* One() const { return is_integral() ? "1" : is_float() ? "1.0f" : "1.0"; }
+  const char* Nan() const { return is_float() ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")"; }
+  // self + alpha * other the way ATen's add kernel computes it: vec::fmadd(other, alpha, self) for
+  // floats, which for alpha == 1 rounds exactly like self + other; wrapping for integers.
   std::string AddScaled(const std::string& self, const std::string& other, size_t alpha,
                         bool negate) const {
     if (value[alpha] == 1) return absl::StrCat("(", self, negate ? " - " : " + ", other, ")");
+    if (is_integral()) return absl::StrCat("(", self, negate ? " - " : " + ", s[alpha], " * ", other, ")");
     return absl::StrCat(Fn("__builtin_fma"), "(", other, ", ", negate ? "-" : "", s[alpha], ", ",
                         self, ")");
+  }
+  std::string Sigmoid(const std::string& x) const {
+    return absl::StrCat("(", One(), " / (", One(), " + ", Call("exp", absl::StrCat("-", x)), "))");
   }
 };
 
 using Emit = std::string (*)(const Operands&);
 
-struct OpDef {
-  int tensors;             // leading tensor operands (self, other)
-  int scalars;             // Scalar arguments right after them
-  bool scalars_not_nan;    // clamp bounds: ATen's NaN-bound behaviour is not modelled
-  Emit emit;
+enum class Kind : uint8_t {
+  kArith,    // integer or floating (not bool); computes in the result dtype
+  kFloat,    // floating compute dtype only (transcendentals, rounding)
+  kCompare,  // bool result; computes in the operands' common dtype
+  kWhere,    // where(condition, self, other): bool condition, computes in the result dtype
 };
 
+struct OpDef {
+  int tensors;           // leading tensor operands (self, other)
+  int scalars;           // Scalar arguments right after them
+  Kind kind;
+  Emit emit;
+  int extra = 0;         // further constant arguments, checked by `accept`
+  std::string (*accept)(const Node&, double first_scalar) = nullptr;  // "" or why not
+};
+
+std::string NotNanBound(const Node&, double bound) { return std::isnan(bound) ? "NaN bound" : ""; }
+
+std::string GeluApproximation(const Node& n, double) {
+  const c10::IValue& a = n.args[1].constant;
+  if (a.isString() && (a.toStringRef() == "none" || a.toStringRef() == "tanh")) return "";
+  return "unknown gelu approximation";
+}
+
+// pow(self, exponent) as ATen's pow_tensor_scalar kernels special-case it.
+std::string Pow(const Operands& o) {
+  const double e = o.value[0];
+  const std::string& x = o.a();
+  if (e == 0) return o.One();
+  if (e == 1) return x;
+  if (e == 0.5) return o.Call("__builtin_sqrt", x);
+  if (e == -0.5) return absl::StrCat("(", o.One(), " / ", o.Call("__builtin_sqrt", x), ")");
+  if (e == -1) return absl::StrCat("(", o.One(), " / ", x, ")");
+  if (e == 2) return absl::StrCat("(", x, " * ", x, ")");
+  if (e == 3) return absl::StrCat("(", x, " * ", x, " * ", x, ")");
+  if (e == -2) return absl::StrCat("(", o.One(), " / (", x, " * ", x, "))");
+  return absl::StrCat(o.Fn("pow"), "(", x, ", ", o.s[0], ")");
+}
+
+// ATen tests 0, 1, 0.5, -0.5 and -1 on the Scalar itself, 2, 3 and -2 after the conversion to the
+// compute dtype; an exponent that is special only after the conversion would take another branch.
+std::string PowExponent(const Node& n, double converted) {
+  const c10::IValue& e = n.args[1].constant;
+  const double raw = e.isDouble() ? e.toDouble() : e.isInt() ? static_cast<double>(e.toInt()) : converted;
+  for (double special : {0.0, 1.0, 0.5, -0.5, -1.0}) {
+    if ((raw == special) != (converted == special)) return "exponent rounds to a special value";
+  }
+  return "";
+}
+
+// GeluKernel.cpp: none: x * 0.5 * (1 + erf(x * M_SQRT1_2));
+// tanh: 0.5 * x * (1 + tanh(kBeta * (x + kKappa * x^3))), kBeta = sqrt(2) * (2/sqrt(pi)) * 0.5.
+std::string Gelu(const Operands& o) {
+  const std::string& x = o.a();
+  if (o.extra[0].toStringRef() == "none") {
+    return absl::StrCat("(", x, " * ", o.Lit(0.5), " * (", o.One(), " + ",
+                        o.Call("erf", absl::StrCat("(", x, " * ", o.Lit(M_SQRT1_2), ")")), "))");
+  }
+  const std::string cube = absl::StrCat("(", x, " * ", x, " * ", x, ")");
+  const std::string inner = absl::StrCat("(", o.Lit(M_SQRT2 * M_2_SQRTPI * 0.5), " * (", x, " + ",
+                                         o.Lit(0.044715), " * ", cube, "))");
+  return absl::StrCat("(", o.Lit(0.5), " * ", x, " * (", o.One(), " + ", o.Call("tanh", inner), "))");
+}
+
+std::string Compare(const Operands& o, const char* op) { return absl::StrCat("(", o.a(), " ", op, " ", o.b(), ")"); }
+std::string CompareScalar(const Operands& o, const char* op) {
+  return absl::StrCat("(", o.a(), " ", op, " ", o.s[0], ")");
+}
+
 // Semantics follow LibTorch 1.13's CPU kernels (BinaryOpsKernel, UnaryOpsKernel,
-// TensorCompareKernel and ufunc/add.h), including NaN propagation: relu/clamp keep a NaN input,
-// maximum/minimum return NaN if either side is NaN.
+// TensorCompareKernel, GeluKernel, PowKernel and ufunc/add.h), including NaN propagation:
+// relu/clamp keep a NaN input, maximum/minimum return NaN if either side is NaN.
 const std::unordered_map<std::string, OpDef>& OpTable() {
+#define WARDEN_CMP(name, op)                                                                    \
+  {"aten::" name ".Tensor", {2, 0, Kind::kCompare, [](const Operands& o) { return Compare(o, op); }}}, \
+  {"aten::" name ".Scalar", {1, 1, Kind::kCompare, [](const Operands& o) { return CompareScalar(o, op); }}}
+#define WARDEN_UNARY(name, fn) \
+  {"aten::" name, {1, 0, Kind::kFloat, [](const Operands& o) { return o.Call(fn, o.a()); }}}
   static const auto* table = new std::unordered_map<std::string, OpDef>{
-      {"aten::add.Tensor", {2, 1, false, [](const Operands& o) { return o.AddScaled(o.a(), o.b(), 0, false); }}},
-      {"aten::add.Scalar", {1, 2, false, [](const Operands& o) { return o.AddScaled(o.a(), o.s[0], 1, false); }}},
-      {"aten::sub.Tensor", {2, 1, false, [](const Operands& o) { return o.AddScaled(o.a(), o.b(), 0, true); }}},
-      {"aten::sub.Scalar", {1, 2, false, [](const Operands& o) { return o.AddScaled(o.a(), o.s[0], 1, true); }}},
-      {"aten::rsub.Tensor", {2, 1, false, [](const Operands& o) { return o.AddScaled(o.b(), o.a(), 0, true); }}},
-      {"aten::rsub.Scalar", {1, 2, false, [](const Operands& o) { return o.AddScaled(o.s[0], o.a(), 1, true); }}},
-      {"aten::mul.Tensor", {2, 0, false, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.b(), ")"); }}},
-      {"aten::mul.Scalar", {1, 1, false, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.s[0], ")"); }}},
-      {"aten::div.Tensor", {2, 0, false, [](const Operands& o) { return absl::StrCat("(", o.a(), " / ", o.b(), ")"); }}},
-      {"aten::div.Scalar", {1, 1, false, [](const Operands& o) { return absl::StrCat("(", o.a(), " / ", o.s[0], ")"); }}},
-      {"aten::neg", {1, 0, false, [](const Operands& o) { return absl::StrCat("(-", o.a(), ")"); }}},
-      {"aten::relu", {1, 0, false, [](const Operands& o) {  // relu is clamp_min(self, 0)
+      {"aten::add.Tensor", {2, 1, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.a(), o.b(), 0, false); }}},
+      {"aten::add.Scalar", {1, 2, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.a(), o.s[0], 1, false); }}},
+      {"aten::sub.Tensor", {2, 1, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.a(), o.b(), 0, true); }}},
+      {"aten::sub.Scalar", {1, 2, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.a(), o.s[0], 1, true); }}},
+      {"aten::rsub.Tensor", {2, 1, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.b(), o.a(), 0, true); }}},
+      {"aten::rsub.Scalar", {1, 2, Kind::kArith, [](const Operands& o) { return o.AddScaled(o.s[0], o.a(), 1, true); }}},
+      {"aten::mul.Tensor", {2, 0, Kind::kArith, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.b(), ")"); }}},
+      {"aten::mul.Scalar", {1, 1, Kind::kArith, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.s[0], ")"); }}},
+      // True division: the result (and so the compute dtype) is floating even for integer inputs.
+      {"aten::div.Tensor", {2, 0, Kind::kFloat, [](const Operands& o) { return absl::StrCat("(", o.a(), " / ", o.b(), ")"); }}},
+      {"aten::div.Scalar", {1, 1, Kind::kFloat, [](const Operands& o) { return absl::StrCat("(", o.a(), " / ", o.s[0], ")"); }}},
+      {"aten::neg", {1, 0, Kind::kArith, [](const Operands& o) { return absl::StrCat("(-", o.a(), ")"); }}},
+      {"aten::relu", {1, 0, Kind::kArith, [](const Operands& o) {  // relu is clamp_min(self, 0)
          return absl::StrCat("(", o.a(), " < ", o.Zero(), " ? ", o.Zero(), " : ", o.a(), ")"); }}},
-      {"aten::sigmoid", {1, 0, false, [](const Operands& o) {
-         return absl::StrCat("(", o.One(), " / (", o.One(), " + ", o.Fn("exp"), "(-", o.a(), ")))"); }}},
-      {"aten::tanh", {1, 0, false, [](const Operands& o) { return absl::StrCat(o.Fn("tanh"), "(", o.a(), ")"); }}},
-      {"aten::exp", {1, 0, false, [](const Operands& o) { return absl::StrCat(o.Fn("exp"), "(", o.a(), ")"); }}},
-      {"aten::log", {1, 0, false, [](const Operands& o) { return absl::StrCat(o.Fn("log"), "(", o.a(), ")"); }}},
-      {"aten::abs", {1, 0, false, [](const Operands& o) { return absl::StrCat(o.Fn("__builtin_fabs"), "(", o.a(), ")"); }}},
-      {"aten::sqrt", {1, 0, false, [](const Operands& o) { return absl::StrCat(o.Fn("__builtin_sqrt"), "(", o.a(), ")"); }}},
-      {"aten::rsqrt", {1, 0, false, [](const Operands& o) {
-         return absl::StrCat("(", o.One(), " / ", o.Fn("__builtin_sqrt"), "(", o.a(), "))"); }}},
-      {"aten::reciprocal", {1, 0, false, [](const Operands& o) { return absl::StrCat("(", o.One(), " / ", o.a(), ")"); }}},
-      {"aten::square", {1, 0, false, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.a(), ")"); }}},
-      {"aten::clamp_min", {1, 1, true, [](const Operands& o) {  // std::max(a, min)
-         return absl::StrCat("(", o.a(), " < ", o.s[0], " ? ", o.s[0], " : ", o.a(), ")"); }}},
-      {"aten::clamp_max", {1, 1, true, [](const Operands& o) {  // std::min(a, max)
-         return absl::StrCat("(", o.s[0], " < ", o.a(), " ? ", o.s[0], " : ", o.a(), ")"); }}},
-      {"aten::maximum", {2, 0, false, [](const Operands& o) {
+      {"aten::sigmoid", {1, 0, Kind::kFloat, [](const Operands& o) { return o.Sigmoid(o.a()); }}},
+      {"aten::silu", {1, 0, Kind::kFloat, [](const Operands& o) {  // x / (1 + exp(-x))
+         return absl::StrCat("(", o.a(), " / (", o.One(), " + ", o.Call("exp", absl::StrCat("-", o.a())), "))"); }}},
+      {"aten::gelu", {1, 0, Kind::kFloat, Gelu, 1, GeluApproximation}},
+      WARDEN_UNARY("tanh", "tanh"),
+      WARDEN_UNARY("exp", "exp"),
+      WARDEN_UNARY("expm1", "expm1"),
+      WARDEN_UNARY("log", "log"),
+      WARDEN_UNARY("log1p", "log1p"),
+      WARDEN_UNARY("log2", "log2"),
+      WARDEN_UNARY("log10", "log10"),
+      WARDEN_UNARY("erf", "erf"),
+      WARDEN_UNARY("erfc", "erfc"),
+      WARDEN_UNARY("sin", "sin"),
+      WARDEN_UNARY("cos", "cos"),
+      WARDEN_UNARY("sqrt", "__builtin_sqrt"),
+      WARDEN_UNARY("floor", "__builtin_floor"),
+      WARDEN_UNARY("ceil", "__builtin_ceil"),
+      WARDEN_UNARY("trunc", "__builtin_trunc"),
+      WARDEN_UNARY("round", "__builtin_nearbyint"),  // half to even, as std::nearbyint
+      {"aten::abs", {1, 0, Kind::kArith, [](const Operands& o) {
+         if (o.is_integral()) return absl::StrCat("(", o.a(), " < 0 ? -", o.a(), " : ", o.a(), ")");
+         return o.Call("__builtin_fabs", o.a()); }}},
+      {"aten::rsqrt", {1, 0, Kind::kFloat, [](const Operands& o) {
+         return absl::StrCat("(", o.One(), " / ", o.Call("__builtin_sqrt", o.a()), ")"); }}},
+      {"aten::reciprocal", {1, 0, Kind::kFloat, [](const Operands& o) { return absl::StrCat("(", o.One(), " / ", o.a(), ")"); }}},
+      {"aten::square", {1, 0, Kind::kArith, [](const Operands& o) { return absl::StrCat("(", o.a(), " * ", o.a(), ")"); }}},
+      {"aten::pow.Tensor_Scalar", {1, 1, Kind::kFloat, Pow, 0, PowExponent}},
+      {"aten::clamp_min", {1, 1, Kind::kArith, [](const Operands& o) {  // std::max(a, min)
+         return absl::StrCat("(", o.a(), " < ", o.s[0], " ? ", o.s[0], " : ", o.a(), ")"); }, 0, NotNanBound}},
+      {"aten::clamp_max", {1, 1, Kind::kArith, [](const Operands& o) {  // std::min(a, max)
+         return absl::StrCat("(", o.s[0], " < ", o.a(), " ? ", o.s[0], " : ", o.a(), ")"); }, 0, NotNanBound}},
+      {"aten::maximum", {2, 0, Kind::kArith, [](const Operands& o) {
+         if (o.is_integral()) return absl::StrCat("(", o.a(), " < ", o.b(), " ? ", o.b(), " : ", o.a(), ")");
          return absl::StrCat("((", o.a(), " != ", o.a(), " || ", o.b(), " != ", o.b(), ") ? ", o.Nan(),
                              " : (", o.a(), " < ", o.b(), " ? ", o.b(), " : ", o.a(), "))"); }}},
-      {"aten::minimum", {2, 0, false, [](const Operands& o) {
+      {"aten::minimum", {2, 0, Kind::kArith, [](const Operands& o) {
+         if (o.is_integral()) return absl::StrCat("(", o.b(), " < ", o.a(), " ? ", o.b(), " : ", o.a(), ")");
          return absl::StrCat("((", o.a(), " != ", o.a(), " || ", o.b(), " != ", o.b(), ") ? ", o.Nan(),
                              " : (", o.b(), " < ", o.a(), " ? ", o.b(), " : ", o.a(), "))"); }}},
+      {"aten::where.self", {3, 0, Kind::kWhere, [](const Operands& o) {
+         return absl::StrCat("(", o.t[0], " ? ", o.t[1], " : ", o.t[2], ")"); }}},
+      WARDEN_CMP("eq", "=="),
+      WARDEN_CMP("ne", "!="),
+      WARDEN_CMP("lt", "<"),
+      WARDEN_CMP("le", "<="),
+      WARDEN_CMP("gt", ">"),
+      WARDEN_CMP("ge", ">="),
   };
+#undef WARDEN_CMP
+#undef WARDEN_UNARY
   return *table;
 }
 
@@ -109,9 +221,50 @@ bool IsContiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>&
   return true;
 }
 
-// A Scalar argument converted to the region's dtype as Scalar::to<T>() does, as an exact C
-// literal. False if it is not a real number or does not fit.
-bool Literal(const c10::IValue& v, bool is_float, std::string* text, double* value) {
+bool FusedDtype(ScalarType t) {
+  return t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::Long || t == ScalarType::Bool;
+}
+
+const char* CType(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return "float";
+    case ScalarType::Double: return "double";
+    case ScalarType::Long: return "int64_t";
+    default: return "bool";
+  }
+}
+
+// A literal of dtype `t` for the finite or non-finite value `d` (already representable in t).
+std::string LiteralOf(double d, ScalarType t) {
+  if (t == ScalarType::Long) return absl::StrCat("INT64_C(", static_cast<int64_t>(d), ")");
+  if (t == ScalarType::Bool) return d != 0 ? "true" : "false";
+  const bool is_float = t == ScalarType::Float;
+  const char* f = is_float ? "f" : "";
+  if (std::isnan(d)) return is_float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+  if (std::isinf(d)) return absl::StrCat("(", d < 0 ? "-" : "", "__builtin_inf", f, "())");
+  return absl::StrCat("(", absl::StrFormat("%a", is_float ? static_cast<float>(d) : d), f, ")");
+}
+
+std::string Operands::Lit(double v) const { return LiteralOf(v, dtype); }
+
+// A Scalar argument converted to dtype `t` as Scalar::to<T>() does. False if it is not a real
+// number, does not fit, or (integral t) is not an exact integer: those cases stay unfused.
+bool ScalarLiteral(const c10::IValue& v, ScalarType t, std::string* text, double* value) {
+  if (t == ScalarType::Long) {
+    int64_t i;
+    if (v.isInt()) {
+      i = v.toInt();
+    } else if (v.isBool()) {
+      i = v.toBool();
+    } else {
+      return false;
+    }
+    *value = static_cast<double>(i);
+    *text = i == INT64_MIN ? "INT64_MIN" : absl::StrCat("INT64_C(", i, ")");
+    return true;
+  }
+  if (t == ScalarType::Bool) return false;
+  const bool is_float = t == ScalarType::Float;
   double d;
   if (v.isDouble()) {
     d = v.toDouble();
@@ -125,18 +278,61 @@ bool Literal(const c10::IValue& v, bool is_float, std::string* text, double* val
     return false;
   }
   *value = d;
-  const char* f = is_float ? "f" : "";
-  if (std::isnan(d)) {
-    *text = is_float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
-  } else if (std::isinf(d)) {
-    *text = absl::StrCat("(", d < 0 ? "-" : "", "__builtin_inf", f, "())");
-  } else {
-    *text = absl::StrCat("(", absl::StrFormat("%a", d), f, ")");
-  }
+  *text = LiteralOf(d, t);
   return true;
 }
 
-bool FusedDtype(at::ScalarType t) { return t == at::ScalarType::Float || t == at::ScalarType::Double; }
+// Note [Type promotion]: one operand of result_type.
+struct Participant {
+  ScalarType dtype;
+  int rank;  // 2: tensor with dims, 1: 0-dim tensor, 0: Scalar
+};
+
+int Category(ScalarType t) { return t == ScalarType::Bool ? 0 : at::isFloatingType(t) ? 2 : 1; }
+
+// ATen's combine_categories(higher, lower) over the three priority classes.
+ScalarType CommonDtype(const std::vector<Participant>& ps) {
+  ScalarType by_rank[3] = {ScalarType::Undefined, ScalarType::Undefined, ScalarType::Undefined};
+  for (const Participant& p : ps) {
+    ScalarType t = p.dtype;
+    if (p.rank == 0 && at::isFloatingType(t)) t = c10::get_default_dtype_as_scalartype();
+    by_rank[p.rank] = by_rank[p.rank] == ScalarType::Undefined ? t : c10::promoteTypes(by_rank[p.rank], t);
+  }
+  auto combine = [](ScalarType higher, ScalarType lower) {
+    if (higher == ScalarType::Undefined) return lower;
+    if (lower == ScalarType::Undefined) return higher;
+    if (Category(higher) == 2) return higher;
+    if (higher == ScalarType::Bool || Category(lower) == 2) return c10::promoteTypes(higher, lower);
+    return higher;
+  };
+  return combine(by_rank[2], combine(by_rank[1], by_rank[0]));
+}
+
+// The dtype a fusible node computes in (Note [Type promotion]).
+ScalarType ComputeDtype(const Graph& g, const Node& n, const OpDef& def) {
+  const ScalarType out = g.value(n.returns[0].values[0]).meta.dtype;
+  if (def.kind != Kind::kCompare) return out;
+  std::vector<Participant> ps;
+  for (int a = 0; a < def.tensors; ++a) {
+    const TensorMeta& m = g.value(n.args[a].value).meta;
+    ps.push_back({m.dtype, m.sizes.empty() ? 1 : 2});
+  }
+  for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
+    const c10::IValue& v = n.args[a].constant;
+    ps.push_back({v.isDouble() ? ScalarType::Double : v.isInt() ? ScalarType::Long : ScalarType::Bool, 0});
+  }
+  return CommonDtype(ps);
+}
+
+// Whether `in` broadcasts to `out` (right-aligned, missing or size-1 dims).
+bool Broadcasts(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  if (in.size() > out.size()) return false;
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] != out[lead + d] && in[d] != 1) return false;
+  }
+  return true;
+}
 
 // A name for comments in the source that does not depend on user-chosen argument names, so that
 // equal kernels of different functions hash (and cache) alike.
@@ -146,64 +342,127 @@ std::string CanonicalName(const Graph& g, ValueId id) {
   return g.ValueName(id);
 }
 
-const char* TypeName(at::ScalarType t) { return t == at::ScalarType::Float ? "float" : "double"; }
-
 std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
-  const bool is_float = r.dtype == at::ScalarType::Float;
-  const char* T = TypeName(r.dtype);
+  const Layout& L = r.layout;
+  const int dims = static_cast<int>(L.sizes.size());
+  const int ins = static_cast<int>(r.inputs.size());
   std::vector<std::string> ops;
   for (int n : r.nodes) ops.push_back(g.nodes[n].op);
-  // No sizes in the text: the kernel takes n at run time, so graphs that differ only in sizes
-  // share one source and one cached library.
-  std::string s = absl::StrCat("// Nodes %", r.nodes.front(), "..%", r.nodes.back(), " (",
-                               tracer::DtypeShort(r.dtype), "): ", absl::StrJoin(ops, ", "), "\n");
+  std::string s = absl::StrCat("// Nodes %", r.nodes.front(), "..%", r.nodes.back(), " on ",
+                               tracer::ShapeString(r.sizes), r.static_layout ? "" : " (symbolic)",
+                               ": ", absl::StrJoin(ops, ", "), "\n");
   absl::StrAppend(&s, "extern \"C\" void ", r.function,
-                  "(const void** in, void** out, int64_t n) {\n");
-  std::string loads;
-  for (size_t k = 0; k < r.inputs.size(); ++k) {
-    const ValueId id = r.inputs[k];
-    if (r.scalar_inputs[k]) {
-      absl::StrAppend(&s, "  const ", T, " v", id, " = *static_cast<const ", T, "*>(in[", k,
-                      "]);  // ", CanonicalName(g, id), " (0-dim)\n");
-    } else {
-      absl::StrAppend(&s, "  const ", T, "* __restrict in", k, " = static_cast<const ", T,
-                      "*>(in[", k, "]);  // ", CanonicalName(g, id), "\n");
-      absl::StrAppend(&loads, "    const ", T, " v", id, " = in", k, "[i];\n");
+                  "(const void** in, void** out, const int64_t* params, int64_t begin, int64_t end) {\n");
+  // Sizes and strides: literals when static, else params (innermost strides always literals).
+  int param = 0;
+  auto size_or_param = [&](int64_t traced, bool literal) {
+    return literal ? absl::StrCat(traced) : absl::StrCat("params[", param++, "]");
+  };
+  for (int d = 0; d < dims; ++d) {
+    absl::StrAppend(&s, "  const int64_t s", d, " = ", size_or_param(L.sizes[d], r.static_layout), ";\n");
+  }
+  for (int k = 0; k < ins; ++k) {
+    for (int d = 0; d < dims; ++d) {
+      absl::StrAppend(&s, "  const int64_t t", k, "_", d, " = ",
+                      size_or_param(L.strides[k][d], r.static_layout || d == dims - 1), ";\n");
     }
   }
-  for (size_t k = 0; k < r.outputs.size(); ++k) {
-    absl::StrAppend(&s, "  ", T, "* __restrict out", k, " = static_cast<", T, "*>(out[", k,
-                    "]);  // ", CanonicalName(g, r.outputs[k]), "\n");
+  absl::StrAppend(&s, "  (void)params;\n");
+  for (int k = 0; k < ins; ++k) {
+    const ScalarType t = g.value(r.inputs[k]).meta.dtype;
+    absl::StrAppend(&s, "  const ", CType(t), "* __restrict in", k, " = static_cast<const ", CType(t),
+                    "*>(in[", k, "]);  // ", CanonicalName(g, r.inputs[k]), "\n");
   }
-  absl::StrAppend(&s, "#pragma omp simd\n  for (int64_t i = 0; i < n; ++i) {\n", loads);
+  for (size_t k = 0; k < r.outputs.size(); ++k) {
+    const ScalarType t = g.value(r.outputs[k]).meta.dtype;
+    absl::StrAppend(&s, "  ", CType(t), "* __restrict out", k, " = static_cast<", CType(t), "*>(out[",
+                    k, "]);  // ", CanonicalName(g, r.outputs[k]), "\n");
+  }
+  // The innermost loop over [j0, j1) of the row starting at linear index `lin`, input k at o<k>.
+  std::vector<std::string> offsets;
+  for (int k = 0; k < ins; ++k) offsets.push_back(absl::StrCat("int64_t o", k));
+  absl::StrAppend(&s, "  auto row = [&](int64_t lin, ", absl::StrJoin(offsets, ", "), ins ? ", " : "",
+                  "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n",
+                  "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) {\n");
+  for (int k = 0; k < ins; ++k) {
+    const int64_t inner = L.strides[k][dims - 1];
+    const std::string index = inner == 0   ? absl::StrCat("o", k)
+                              : inner == 1 ? absl::StrCat("o", k, " + j")
+                                           : absl::StrCat("o", k, " + j * t", k, "_", dims - 1);
+    absl::StrAppend(&s, "      const ", CType(g.value(r.inputs[k]).meta.dtype), " v", r.inputs[k], " = in",
+                    k, "[", index, "];\n");
+  }
   for (int index : r.nodes) {
     const Node& node = g.nodes[index];
     const OpDef& def = OpTable().at(node.op);
     Operands o;
-    o.is_float = is_float;
-    for (int a = 0; a < def.tensors; ++a) o.t.push_back(absl::StrCat("v", node.args[a].value));
+    o.dtype = ComputeDtype(g, node, def);
+    for (int a = 0; a < def.tensors; ++a) {
+      const ValueId v = node.args[a].value;
+      const bool condition = def.kind == Kind::kWhere && a == 0;
+      const std::string name = absl::StrCat("v", v);
+      o.t.push_back(condition || g.value(v).meta.dtype == o.dtype
+                        ? name
+                        : absl::StrCat("static_cast<", CType(o.dtype), ">(", name, ")"));
+    }
     for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
       std::string text;
       double value = 0;
-      Literal(node.args[a].constant, is_float, &text, &value);  // checked by FusionBlocker
+      ScalarLiteral(node.args[a].constant, o.dtype, &text, &value);  // checked by FusionBlocker
       o.s.push_back(std::move(text));
       o.value.push_back(value);
     }
+    for (int a = def.tensors + def.scalars; a < static_cast<int>(node.args.size()); ++a) {
+      o.extra.push_back(node.args[a].constant);
+    }
     const ValueId out = node.returns[0].values[0];
-    absl::StrAppend(&s, "    const ", T, " v", out, " = ", def.emit(o), ";  // ",
+    const ScalarType out_dtype = g.value(out).meta.dtype;
+    std::string expr = def.emit(o);
+    if (out_dtype != o.dtype && def.kind != Kind::kCompare) {
+      expr = absl::StrCat("static_cast<", CType(out_dtype), ">(", expr, ")");
+    }
+    absl::StrAppend(&s, "      const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
                     CanonicalName(g, out), " = ", node.op, "\n");
   }
   for (size_t k = 0; k < r.outputs.size(); ++k) {
-    absl::StrAppend(&s, "    out", k, "[i] = v", r.outputs[k], ";\n");
+    absl::StrAppend(&s, "      out", k, "[lin + j] = v", r.outputs[k], ";\n");
   }
-  absl::StrAppend(&s, "  }\n}\n");
+  absl::StrAppend(&s, "    }\n  };\n");
+
+  std::vector<std::string> zeros(ins, "0");
+  const std::string zero_offsets = absl::StrCat(absl::StrJoin(zeros, ", "), ins ? ", " : "");
+  if (dims == 1) {
+    if (r.static_layout) {
+      // The whole range in one call (small tensors, one thread): literal bounds, so g++ can unroll.
+      absl::StrAppend(&s, "  if (begin == 0 && end == s0) {\n    row(0, ", zero_offsets,
+                      "0, s0);\n    return;\n  }\n");
+    }
+    absl::StrAppend(&s, "  row(0, ", zero_offsets, "begin, end);\n}\n");
+    return s;
+  }
+  // Rows of the innermost dim; the row's input offsets from its index over the outer dims.
+  absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n",
+                  "  for (int64_t r = begin / inner, lin = r * inner; lin < end; ++r, lin += inner) {\n",
+                  "    const int64_t j0 = begin > lin ? begin - lin : 0;\n",
+                  "    const int64_t j1 = end - lin < inner ? end - lin : inner;\n",
+                  "    int64_t rest = r;\n");
+  for (int k = 0; k < ins; ++k) absl::StrAppend(&s, "    int64_t o", k, " = 0;\n");
+  for (int d = dims - 2; d >= 0; --d) {
+    absl::StrAppend(&s, "    {\n      const int64_t i = rest % s", d, ";\n      rest /= s", d, ";\n");
+    for (int k = 0; k < ins; ++k) absl::StrAppend(&s, "      o", k, " += i * t", k, "_", d, ";\n");
+    absl::StrAppend(&s, "    }\n");
+  }
+  std::vector<std::string> os;
+  for (int k = 0; k < ins; ++k) os.push_back(absl::StrCat("o", k));
+  absl::StrAppend(&s, "    row(lin, ", absl::StrJoin(os, ", "), ins ? ", " : "", "j0, j1);\n  }\n}\n");
   return s;
 }
 
 // Declarations instead of <math.h>: with glibc >= 2.35 on x86-64 these carry the SIMD attribute
 // that glibc's own header only adds under -ffast-math, so GCC calls libmvec's vector variants
 // (_ZGVeN16v_expf, ...) from vectorized loops; elsewhere the loops call scalar libm. libmvec's
-// tanhf is ~4.5x faster than SLEEF's (ATen's); exp is on par. NaN/Inf follow IEEE like libm.
+// functions are within 4 ulp (ATen's SLEEF ones within 1); tanhf is ~4.5x faster than SLEEF's,
+// exp on par. NaN/Inf follow IEEE like libm.
 constexpr char kPrelude[] = R"src(// Generated by Warden (backend "cpp"): fused pointwise kernels.
 #include <stdint.h>
 #if defined(__x86_64__) && defined(__GLIBC__) && \
@@ -212,17 +471,61 @@ constexpr char kPrelude[] = R"src(// Generated by Warden (backend "cpp"): fused 
 #else
 #define WARDEN_VECTOR_MATH __attribute__((__const__, __nothrow__))
 #endif
+#define WARDEN_MATH(name) \
+  float name##f(float) WARDEN_VECTOR_MATH; \
+  double name(double) WARDEN_VECTOR_MATH;
 extern "C" {
-float expf(float) WARDEN_VECTOR_MATH;
-float logf(float) WARDEN_VECTOR_MATH;
-float tanhf(float) WARDEN_VECTOR_MATH;
-double exp(double) WARDEN_VECTOR_MATH;
-double log(double) WARDEN_VECTOR_MATH;
-double tanh(double) WARDEN_VECTOR_MATH;
+WARDEN_MATH(exp) WARDEN_MATH(expm1) WARDEN_MATH(log) WARDEN_MATH(log1p) WARDEN_MATH(log2)
+WARDEN_MATH(log10) WARDEN_MATH(tanh) WARDEN_MATH(erf) WARDEN_MATH(erfc) WARDEN_MATH(sin)
+WARDEN_MATH(cos)
+float powf(float, float) WARDEN_VECTOR_MATH;
+double pow(double, double) WARDEN_VECTOR_MATH;
 }
 )src";
 
 }  // namespace
+
+bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& in_sizes,
+              const std::vector<std::vector<int64_t>>& in_strides, Layout* layout) {
+  const size_t n = in_sizes.size();
+  // Broadcast strides of every input over `shape`, keeping only dims of size > 1.
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (!Broadcasts(in_sizes[k], shape) || in_strides[k].size() != in_sizes[k].size()) return false;
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    sizes.push_back(shape[d]);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t lead = shape.size() - in_sizes[k].size();
+      strides[k].push_back(d < lead || in_sizes[k][d - lead] == 1 ? 0 : in_strides[k][d - lead]);
+    }
+  }
+  if (sizes.empty()) {
+    sizes.push_back(1);
+    for (auto& st : strides) st.push_back(0);
+  }
+  // Merge d into d + 1 (from the innermost pair outwards) where every input allows it.
+  layout->sizes.clear();
+  layout->strides.assign(n, {});
+  std::vector<int64_t> cur_sizes = {sizes.back()};
+  std::vector<std::vector<int64_t>> cur(n);
+  for (size_t k = 0; k < n; ++k) cur[k] = {strides[k].back()};
+  for (size_t d = sizes.size() - 1; d-- > 0;) {
+    bool merge = true;
+    for (size_t k = 0; k < n; ++k) merge &= strides[k][d] == cur[k].back() * cur_sizes.back();
+    if (merge) {
+      cur_sizes.back() *= sizes[d];
+    } else {
+      cur_sizes.push_back(sizes[d]);
+      for (size_t k = 0; k < n; ++k) cur[k].push_back(strides[k][d]);
+    }
+  }
+  layout->sizes.assign(cur_sizes.rbegin(), cur_sizes.rend());
+  for (size_t k = 0; k < n; ++k) layout->strides[k].assign(cur[k].rbegin(), cur[k].rend());
+  return true;
+}
 
 std::string FusionBlocker(const Graph& g, const Node& node) {
   if (!node.handle) return "no operator";
@@ -232,7 +535,7 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
   auto it = OpTable().find(node.op);
   if (it == OpTable().end()) return "no pointwise lowering";
   const OpDef& def = it->second;
-  if (node.args.size() != static_cast<size_t>(def.tensors + def.scalars)) return "unexpected schema";
+  if (node.args.size() != static_cast<size_t>(def.tensors + def.scalars + def.extra)) return "unexpected schema";
   if (node.returns.size() != 1 || node.returns[0].kind != NodeReturn::Kind::kTensor ||
       node.returns[0].values.size() != 1) {
     return "unexpected returns";
@@ -244,33 +547,50 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
   if (m.requires_grad) return "requires grad";
   if (out.alias_of != tracer::kNoValue) return "result is a view";
   if (!IsContiguous(m.sizes, m.strides)) return "non-contiguous result";
+  for (int a = def.tensors + def.scalars; a < static_cast<int>(node.args.size()); ++a) {
+    if (node.args[a].kind != NodeArg::Kind::kConstant) return "unexpected schema";
+  }
   for (int a = 0; a < def.tensors; ++a) {
     const NodeArg& arg = node.args[a];
     if (arg.kind != NodeArg::Kind::kValue) return "operand is not a tensor";
     const TensorMeta& im = g.value(arg.value).meta;
-    if (im.dtype != m.dtype) return "mixed dtypes";
+    if (!FusedDtype(im.dtype)) return absl::StrCat("operand dtype ", tracer::DtypeShort(im.dtype));
     if (!im.device.is_cpu()) return "operand not on the CPU";
     if (im.requires_grad) return "operand requires grad";
-    if (im.sizes == m.sizes) {
-      if (!IsContiguous(im.sizes, im.strides)) return "non-contiguous operand";
-    } else if (!im.sizes.empty()) {
-      return "broadcast";
-    }
+    if (!Broadcasts(im.sizes, m.sizes)) return "operand does not broadcast to the result";
+    if (im.strides.size() != im.sizes.size()) return "operand without strides";
   }
+  const ScalarType compute = ComputeDtype(g, node, def);
+  if (!FusedDtype(compute)) return absl::StrCat("compute dtype ", tracer::DtypeShort(compute));
+  switch (def.kind) {
+    case Kind::kArith:
+      if (compute == ScalarType::Bool) return "bool arithmetic";
+      break;
+    case Kind::kFloat:
+      if (!at::isFloatingType(compute)) return "integer result";
+      break;
+    case Kind::kCompare:
+      if (m.dtype != ScalarType::Bool) return "comparison result is not bool";
+      break;
+    case Kind::kWhere:
+      if (g.value(node.args[0].value).meta.dtype != ScalarType::Bool) return "condition is not bool";
+      break;
+  }
+  double first_scalar = 0;
   for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
     const NodeArg& arg = node.args[a];
     std::string text;
     double value;
-    if (arg.kind != NodeArg::Kind::kConstant ||
-        !Literal(arg.constant, m.dtype == at::ScalarType::Float, &text, &value)) {
+    if (arg.kind != NodeArg::Kind::kConstant || !ScalarLiteral(arg.constant, compute, &text, &value)) {
       return "scalar argument is not a representable number";
     }
-    if (def.scalars_not_nan && std::isnan(value)) return "NaN bound";
+    if (a == def.tensors) first_scalar = value;
   }
+  if (def.accept != nullptr) return def.accept(node, first_scalar);
   return "";
 }
 
-PointwisePlan PlanPointwise(const Graph& g) {
+PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_shape) {
   PointwisePlan plan;
   std::vector<int> last_user(g.values.size(), -1);
   auto use = [&](ValueId id, int node) {
@@ -286,6 +606,9 @@ PointwisePlan PlanPointwise(const Graph& g) {
   for (ValueId id : g.outputs) {
     if (id != tracer::kNoValue) returned[id] = true;
   }
+  auto is_static = [&](ValueId id) {
+    return static_cast<size_t>(id) >= symbolic_shape.size() || !symbolic_shape[id];
+  };
 
   PointwiseRegion* open = nullptr;
   for (const Node& n : g.nodes) {
@@ -294,10 +617,9 @@ PointwisePlan PlanPointwise(const Graph& g) {
       continue;
     }
     const TensorMeta& m = g.value(n.returns[0].values[0]).meta;
-    if (open == nullptr || open->dtype != m.dtype || open->sizes != m.sizes) {
+    if (open == nullptr || open->sizes != m.sizes) {
       plan.regions.emplace_back();
       open = &plan.regions.back();
-      open->dtype = m.dtype;
       open->sizes = m.sizes;
     }
     open->nodes.push_back(n.index);
@@ -311,6 +633,7 @@ PointwisePlan PlanPointwise(const Graph& g) {
       const Value& v = g.value(id);
       return v.kind == tracer::ValueKind::kNode && v.node >= first && v.node <= last;
     };
+    std::vector<std::vector<int64_t>> in_sizes, in_strides;
     for (int index : r.nodes) {
       const Node& n = g.nodes[index];
       const int tensors = OpTable().at(n.op).tensors;
@@ -321,11 +644,15 @@ PointwisePlan PlanPointwise(const Graph& g) {
           continue;
         }
         r.inputs.push_back(id);
-        r.scalar_inputs.push_back(g.value(id).meta.sizes != r.sizes);
+        in_sizes.push_back(g.value(id).meta.sizes);
+        in_strides.push_back(g.value(id).meta.strides);
+        r.static_layout = r.static_layout && is_static(id);
       }
       const ValueId out = n.returns[0].values[0];
+      r.static_layout = r.static_layout && is_static(out);
       if (last_user[out] > last || returned[out]) r.outputs.push_back(out);
     }
+    Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
   }
 
   if (!plan.regions.empty()) {

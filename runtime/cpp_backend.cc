@@ -1,18 +1,28 @@
 // Backend "cpp" (the default): a hybrid artifact.
 // Regions of fusible pointwise nodes (Note [Pointwise regions]) run as one generated C++ kernel
 // each; every other node is replayed through its operator handle exactly like backend "aten".
-// A region whose inputs at run time are not what the kernel assumes (contiguous, equal sizes, the
-// traced dtype, no autograd) replays its own nodes instead, so the artifact is sound without any
-// guard beyond those of the entry.
+// A region whose inputs at run time are not what the kernel was built for replays its own nodes
+// instead (Note [Region run-time check]), so the artifact is sound without any guard beyond those
+// of the entry.
+//
+// Note [Region run-time check]
+// Before a kernel runs, every input must have the traced dtype, be a CPU strided tensor without
+// autograd or the negative bit, and have the traced rank. A static region (sizes and strides are
+// literals in the kernel) then needs exactly the traced sizes and strides. A symbolic one needs
+// the traced broadcast pattern (a dim that was broadcast is still 1, a full dim equals the other
+// full dims), and the collapsed layout of the run-time tensors (codegen::Collapse) must have the
+// traced number of dims and innermost strides; its sizes and outer strides become the kernel's
+// params. The pattern check makes every node result of the region the region shape again, which
+// is what the single loop assumes.
 #include <atomic>
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/backend.h"
 #include "runtime/codegen_artifact.h"
+#include "runtime/codegen_buffers.h"
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/codegen_replay.h"
@@ -21,8 +31,8 @@
 namespace warden {
 namespace {
 
-using codegen::KernelFn;
 using codegen::OpStep;
+using codegen::PointwiseKernelFn;
 using tracer::Graph;
 using tracer::ValueId;
 
@@ -36,15 +46,20 @@ constexpr int64_t kGrainSize = 32768;
 struct KernelInput {
   int slot = -1;          // -1: a captured constant
   at::Tensor constant;
-  bool scalar = false;    // 0-dim, broadcast over the region
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes, strides;  // traced
+  std::vector<bool> full;               // per region dim: traced size is the region's (> 1)
 };
 
 struct KernelStep {
-  KernelFn fn = nullptr;
-  at::ScalarType dtype = at::ScalarType::Float;
-  size_t element_size = 4;
+  PointwiseKernelFn fn = nullptr;
+  bool static_layout = true;
+  std::vector<int64_t> sizes;  // traced region shape
+  int64_t numel = 0;           // traced
+  codegen::Layout layout;      // traced
   std::vector<KernelInput> inputs;
   std::vector<int> output_slots;
+  std::vector<at::ScalarType> output_dtypes;
   int first_op = 0, end_op = 0;  // ops_[first_op, end_op): the region's nodes, for the fallback
 };
 
@@ -70,17 +85,30 @@ class CppArtifact final : public CodegenArtifact {
       }
       const codegen::PointwiseRegion& r = plan_.regions[region_at[i]];
       KernelStep k;
-      k.fn = library_->Find(r.function);
-      k.dtype = r.dtype;
-      k.element_size = c10::elementSize(r.dtype);
-      for (size_t j = 0; j < r.inputs.size(); ++j) {
+      k.fn = reinterpret_cast<PointwiseKernelFn>(library_->Find(r.function));
+      k.static_layout = r.static_layout;
+      k.sizes = r.sizes;
+      k.numel = 1;
+      for (int64_t s : r.sizes) k.numel *= s;
+      k.layout = r.layout;
+      for (ValueId id : r.inputs) {
+        const tracer::TensorMeta& m = g.value(id).meta;
         KernelInput in;
-        in.slot = slots.Slot(r.inputs[j]);
-        if (in.slot < 0) in.constant = g.value(r.inputs[j]).constant;
-        in.scalar = r.scalar_inputs[j];
+        in.slot = slots.Slot(id);
+        if (in.slot < 0) in.constant = g.value(id).constant;
+        in.dtype = m.dtype;
+        in.sizes = m.sizes;
+        in.strides = m.strides;
+        const size_t lead = r.sizes.size() - m.sizes.size();
+        for (size_t d = 0; d < r.sizes.size(); ++d) {
+          in.full.push_back(d >= lead && r.sizes[d] != 1 && m.sizes[d - lead] == r.sizes[d]);
+        }
         k.inputs.push_back(std::move(in));
       }
-      for (ValueId id : r.outputs) k.output_slots.push_back(slots.Slot(id));
+      for (ValueId id : r.outputs) {
+        k.output_slots.push_back(slots.Slot(id));
+        k.output_dtypes.push_back(g.value(id).meta.dtype);
+      }
       k.first_op = r.nodes.front();
       k.end_op = r.nodes.back() + 1;
       steps_.push_back({true, static_cast<int>(kernels_.size())});
@@ -110,8 +138,9 @@ class CppArtifact final : public CodegenArtifact {
     return regions;
   }
 
-  // Hot path: a boxed call per unfused node and one kernel call per region (plus at::empty for
-  // the region's outputs); takes no lock. Scratch buffers are per thread as in backend "aten".
+  // Hot path: a boxed call per unfused node and one kernel call per region (plus the allocation
+  // of the region's outputs); takes no lock (but see EmptyOutput for outputs of >= 4 MB).
+  // Scratch buffers are per thread as in backend "aten".
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
     codegen::RunScratch scratch(num_slots_);
@@ -143,49 +172,76 @@ class CppArtifact final : public CodegenArtifact {
     int index;  // into kernels_ or ops_
   };
 
-  // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
-  static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
-    absl::InlinedVector<const at::Tensor*, 8> ins;
-    const at::Tensor* shape = nullptr;
-    for (const KernelInput& in : k.inputs) {
-      const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || t.scalar_type() != k.dtype || !t.device().is_cpu() ||
-          t.layout() != at::kStrided || t.requires_grad() || t.is_neg()) {
-        return false;
-      }
-      if (in.scalar) {
-        if (t.dim() != 0) return false;
-      } else {
-        if (!t.is_contiguous()) return false;
-        if (shape == nullptr) {
-          shape = &t;
-        } else if (!t.sizes().equals(shape->sizes())) {
+  // The region shape and kernel params of a symbolic region's run-time inputs, or false (Note
+  // [Region run-time check]).
+  static bool SymbolicLayout(const KernelStep& k, const absl::InlinedVector<const at::Tensor*, 8>& ins,
+                             std::vector<int64_t>* shape, std::vector<int64_t>* params) {
+    const size_t rank = k.sizes.size();
+    shape->assign(rank, 1);
+    std::vector<bool> seen(rank, false);
+    std::vector<std::vector<int64_t>> sizes(ins.size()), strides(ins.size());
+    for (size_t j = 0; j < ins.size(); ++j) {
+      const at::Tensor& t = *ins[j];
+      const KernelInput& in = k.inputs[j];
+      const size_t lead = rank - in.sizes.size();
+      for (size_t d = lead; d < rank; ++d) {
+        const int64_t size = t.sizes()[d - lead];
+        if (!in.full[d]) {
+          if (size != 1) return false;
+        } else if (!seen[d]) {
+          (*shape)[d] = size;
+          seen[d] = true;
+        } else if ((*shape)[d] != size) {
           return false;
         }
       }
+      sizes[j] = t.sizes().vec();
+      strides[j] = t.strides().vec();
+    }
+    codegen::Layout layout;
+    if (!codegen::Collapse(*shape, sizes, strides, &layout)) return false;
+    const size_t dims = k.layout.sizes.size();
+    if (layout.sizes.size() != dims) return false;
+    params->assign(layout.sizes.begin(), layout.sizes.end());
+    for (size_t j = 0; j < ins.size(); ++j) {
+      if (layout.strides[j][dims - 1] != k.layout.strides[j][dims - 1]) return false;
+      params->insert(params->end(), layout.strides[j].begin(), layout.strides[j].end() - 1);
+    }
+    return true;
+  }
+
+  // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
+  static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
+    absl::InlinedVector<const at::Tensor*, 8> ins;
+    for (const KernelInput& in : k.inputs) {
+      const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
+      if (!t.defined() || t.scalar_type() != in.dtype || !t.device().is_cpu() ||
+          t.layout() != at::kStrided || t.requires_grad() || t.is_neg() ||
+          t.dim() != static_cast<int64_t>(in.sizes.size())) {
+        return false;
+      }
+      if (k.static_layout && (!t.sizes().equals(in.sizes) || !t.strides().equals(in.strides))) return false;
       ins.push_back(&t);
     }
-    if (shape == nullptr) return false;
-    const int64_t n = shape->numel();
+    std::vector<int64_t> shape, params;
+    if (!k.static_layout && !SymbolicLayout(k, ins, &shape, &params)) return false;
+    const c10::IntArrayRef sizes = k.static_layout ? c10::IntArrayRef(k.sizes) : c10::IntArrayRef(shape);
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
     absl::InlinedVector<at::Tensor, 4> outs;
-    for (size_t j = 0; j < k.output_slots.size(); ++j) {
-      outs.push_back(at::empty(shape->sizes(), at::TensorOptions().dtype(k.dtype)));
-    }
+    for (at::ScalarType dtype : k.output_dtypes) outs.push_back(codegen::EmptyOutput(sizes, dtype));
     if (n > 0) {
-      auto run = [&](int64_t begin, int64_t end) {
-        absl::InlinedVector<const void*, 8> in_ptrs;
-        absl::InlinedVector<void*, 4> out_ptrs;
-        for (size_t j = 0; j < ins.size(); ++j) {
-          const char* p = static_cast<const char*>(ins[j]->data_ptr());
-          in_ptrs.push_back(k.inputs[j].scalar ? p : p + begin * k.element_size);
-        }
-        for (at::Tensor& o : outs) out_ptrs.push_back(static_cast<char*>(o.data_ptr()) + begin * k.element_size);
-        k.fn(in_ptrs.data(), out_ptrs.data(), end - begin);
-      };
+      absl::InlinedVector<const void*, 8> in_ptrs;
+      absl::InlinedVector<void*, 4> out_ptrs;
+      for (const at::Tensor* t : ins) in_ptrs.push_back(t->data_ptr());
+      for (at::Tensor& o : outs) out_ptrs.push_back(o.data_ptr());
+      const int64_t* p = params.empty() ? nullptr : params.data();
       if (n <= kGrainSize) {
-        run(0, n);
+        k.fn(in_ptrs.data(), out_ptrs.data(), p, 0, n);
       } else {
-        at::parallel_for(0, n, kGrainSize, run);
+        at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
+          k.fn(in_ptrs.data(), out_ptrs.data(), p, begin, end);
+        });
       }
     }
     for (size_t j = 0; j < outs.size(); ++j) slots[k.output_slots[j]] = std::move(outs[j]);
@@ -207,10 +263,14 @@ class CppBackend final : public Backend {
  public:
   std::string name() const override { return kBackendName; }
   absl::StatusOr<std::unique_ptr<Artifact>> Compile(std::shared_ptr<const Graph> graph) override {
+    return Compile(std::move(graph), CompileContext());
+  }
+  absl::StatusOr<std::unique_ptr<Artifact>> Compile(std::shared_ptr<const Graph> graph,
+                                                    const CompileContext& context) override {
     for (const tracer::Node& n : graph->nodes) {
       if (!n.handle) return absl::InternalError(absl::StrCat("node %", n.index, " has no operator"));
     }
-    codegen::PointwisePlan plan = codegen::PlanPointwise(*graph);
+    codegen::PointwisePlan plan = codegen::PlanPointwise(*graph, context.symbolic_shape);
     std::shared_ptr<const codegen::KernelLibrary> library;
     if (!plan.regions.empty()) {
       std::vector<std::string> kernels;

@@ -117,6 +117,10 @@ void ExpectMatches(const at::Tensor& got, const at::Tensor& want, double rtol, d
   ASSERT_TRUE(got.defined()) << what;
   ASSERT_EQ(got.sizes(), want.sizes()) << what;
   ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  if (!want.is_floating_point()) {  // integers and bools: exactly
+    EXPECT_TRUE(torch::equal(got, want)) << what << "\ngot\n" << got << "\nwant\n" << want;
+    return;
+  }
   EXPECT_TRUE(torch::equal(torch::isnan(got), torch::isnan(want))) << what << "\ngot\n"
                                                                       << got << "\nwant\n" << want;
   EXPECT_TRUE(torch::equal(torch::isposinf(got), torch::isposinf(want))) << what << "\ngot\n"
@@ -171,6 +175,14 @@ std::string AllSources(const ScopedCacheDir& dir) {
   return all;
 }
 
+// The number of fused regions of entry `entry` and its generated source, from explain_json().
+int FusedRegions(const CompiledFunction& f, int entry = 0) {
+  return json::parse(f.explain_json())["entries"][entry]["fused_regions"].get<int>();
+}
+std::string EntrySource(const CompiledFunction& f, int entry = 0) {
+  return json::parse(f.explain_json())["entries"][entry]["generated_source"].get<std::string>();
+}
+
 // Fails the test if a fused region fell back to replay in its scope: the kernels really ran.
 class ExpectKernelsRan {
  public:
@@ -195,11 +207,14 @@ TEST_P(CppBackendTest, Chain10SmallAndLarge) {
     EXPECT_EQ(f.stats().cache_hits, 1);
     EXPECT_EQ(EntryBackend(f), kBackend);
   }
-  // One library per size would be wrong: sizes are a run-time parameter, so both share it.
-  EXPECT_EQ(dir.Files(".so").size(), 1u);
+  // Static shapes: the sizes are literals, so each size has its own library.
+  EXPECT_EQ(dir.Files(".so").size(), 2u);
   const std::string source = AllSources(dir);
-  EXPECT_THAT(source, HasSubstr("extern \"C\" void warden_kernel_0(const void** in, void** out, int64_t n)"));
+  EXPECT_THAT(source, HasSubstr("extern \"C\" void warden_kernel_0(const void** in, void** out, "
+                                "const int64_t* params, int64_t begin, int64_t end)"));
   EXPECT_THAT(source, HasSubstr("#pragma omp simd"));
+  EXPECT_THAT(source, HasSubstr("const int64_t s0 = 16;"));
+  EXPECT_THAT(source, HasSubstr("const int64_t s0 = 1048576;"));
   for (const char* op : {"aten::mul.Tensor", "aten::add.Tensor", "aten::tanh", "aten::sub.Tensor",
                          "aten::relu", "aten::sigmoid", "aten::exp", "aten::mul.Scalar", "aten::neg"}) {
     EXPECT_THAT(source, HasSubstr(op));
@@ -277,7 +292,21 @@ TEST_P(CppBackendTest, EveryFusedOpMatchesEagerOnSpecialValues) {
   const auto want = AllOps({x, y});
   ExpectAllMatch(got, want);
   EXPECT_EQ(EntryBackend(f), kBackend);
-  // Every op above is fused: all of them appear in the generated source.
+  EXPECT_GE(FusedRegions(f), 1);
+}
+
+// Every op of FusibleOps() is exercised by a differential test (AllOps, FloatOps, PromotionOps).
+std::vector<at::Tensor> FloatOps(const Args& a);
+std::vector<at::Tensor> PromotionOps(const Args& a);
+Args PromotionArgs();
+TEST(CppBackend, EveryFusibleOpIsTested) {
+  ScopedCacheDir dir;
+  const at::Tensor x = torch::randn({40}), y = torch::randn({40});
+  for (const auto& [fn, args] : std::vector<std::pair<Fn, Args>>{
+           {AllOps, {x, y}}, {FloatOps, {x}}, {PromotionOps, PromotionArgs()}}) {
+    CompiledFunction f = compile(fn, Cpp());
+    CallCached(f, args);
+  }
   const std::string source = AllSources(dir);
   for (const std::string& op : codegen::FusibleOps()) EXPECT_THAT(source, HasSubstr(op)) << op;
 }
@@ -326,8 +355,8 @@ TEST(CppBackend, NonContiguousInputsAreCorrect) {
   ExpectAllMatch(f({sliced, w}), {Chain10(sliced, w)});
 }
 
-// Sizes are a run-time parameter of the kernel: automatic dynamic shapes reuse the same source
-// (and library) for every size, and each size is correct.
+// Symbolic sizes are a run-time parameter of the kernel: after automatic dynamic shapes made the
+// size symbolic, one source (and library) serves every size, and each size is correct.
 TEST(CppBackend, DynamicSizesShareOneKernel) {
   ScopedCacheDir dir;
   ExpectKernelsRan kernels_ran;
@@ -340,7 +369,8 @@ TEST(CppBackend, DynamicSizesShareOneKernel) {
     ExpectAllMatch(f({x, w}), {Chain10(x, w)});
   }
   EXPECT_LE(f.stats().compiles, 2);
-  EXPECT_EQ(dir.Files(".so").size(), 1u);
+  EXPECT_EQ(dir.Files(".so").size(), 2u);  // the static first entry (size 16) and the symbolic one
+  EXPECT_THAT(AllSources(dir), HasSubstr("params[0]"));
 }
 
 // A double argument used as a Scalar is a literal in the kernel; its guard recompiles on change.
@@ -393,7 +423,8 @@ TEST(CppBackend, ZeroDimOperands) {
   ExpectAllMatch(CallCached(f, {x, s}), fn({x, s}));
   const at::Tensor s2 = torch::tensor(-3.0f);
   ExpectAllMatch(f({x, s2}), fn({x, s2}));  // the value is read at run time, not baked in
-  EXPECT_THAT(AllSources(dir), HasSubstr("(0-dim)"));
+  // Stride 0: the same element on every iteration, indexed by the row offset alone.
+  EXPECT_THAT(AllSources(dir), ::testing::ContainsRegex("= in[0-9]+\\[o[0-9]+\\];"));
 }
 
 TEST(CppBackend, MixedGraphMatmulChainSoftmax) {
@@ -434,8 +465,8 @@ TEST(CppBackend, IntermediateAlsoReturned) {
   EXPECT_TRUE(got[0].is_same(got[2]));  // the same tensor twice, as eager returns it
   // One kernel with two outputs (mid and out); x * 0.5 and mid - 1.5 stay in registers.
   const std::string source = AllSources(dir);
-  EXPECT_THAT(source, HasSubstr("out1[i]"));
-  EXPECT_THAT(source, Not(HasSubstr("out2[i]")));
+  EXPECT_THAT(source, HasSubstr("out1[lin + j]"));
+  EXPECT_THAT(source, Not(HasSubstr("out2[lin + j]")));
 }
 
 // In-place ops are not fused; values around them still are, and the order of effects is eager's.
@@ -455,20 +486,138 @@ TEST(CppBackend, InPlaceOpsKeepEagerOrder) {
   ExpectAllMatch(CallCached(f, {x}), fn({x}));
 }
 
-// Mixed dtypes and broadcasting are replayed, not fused.
-TEST(CppBackend, BroadcastAndMixedDtypesAreReplayed) {
+// Compiles `fn` on "cpp", checks the cached run against eager, that at least `min_regions`
+// regions were fused and that no region fell back to replay. Returns the generated source.
+std::string ExpectFusedMatchesEager(const Fn& fn, const Args& args, int min_regions,
+                                    Dynamic dynamic = Dynamic::kStatic) {
+  ExpectKernelsRan kernels_ran;
+  Options o = Cpp();
+  o.dynamic = dynamic;
+  CompiledFunction f = compile(fn, o);
+  ExpectAllMatch(CallCached(f, args), fn(args));
+  EXPECT_EQ(EntryBackend(f), kBackend);
+  EXPECT_GE(FusedRegions(f), min_regions) << "fusion silently stopped";
+  return EntrySource(f);
+}
+
+// Broadcasting between region operands: rows, columns, middle dims, 0-dim tensors, expanded
+// (stride 0) and sliced inputs; the strides are literals of the kernel.
+TEST(CppBackend, BroadcastOperandsAreFused) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();    // [5, 7]
+    const at::Tensor& row = a[1].toTensor();  // [7]
+    const at::Tensor& col = a[2].toTensor();  // [5, 1]
+    const at::Tensor& s = a[3].toTensor();    // 0-dim
+    return {torch::tanh(x + row) * col - s, torch::sigmoid(row * col)};
+  };
+  const Args args = {torch::randn({5, 7}), torch::randn({7}), torch::randn({5, 1}), torch::tensor(0.5f)};
+  const std::string source = ExpectFusedMatchesEager(fn, args, 1);
+  EXPECT_THAT(source, HasSubstr("const int64_t s0 = 5;"));
+  EXPECT_THAT(source, HasSubstr("const int64_t s1 = 7;"));
+  // A 3-d broadcast [4, 1, 6] * [3, 1] -> [4, 3, 6], an expanded input and a sliced one.
+  auto fn3 = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::exp(a[0].toTensor() * a[1].toTensor()) + a[2].toTensor() - a[3].toTensor()};
+  };
+  const at::Tensor big = torch::randn({4, 3, 13});
+  const Args args3 = {torch::randn({4, 1, 6}), torch::randn({3, 1}), torch::randn({6}).expand({4, 3, 6}),
+                      big.slice(2, 2, 8)};
+  ASSERT_FALSE(args3[3].toTensor().is_contiguous());
+  ExpectFusedMatchesEager(fn3, args3, 1);
+  // Empty broadcasts.
+  ExpectFusedMatchesEager(fn, {torch::randn({0, 7}), torch::randn({7}), torch::randn({0, 1}), torch::tensor(1.f)}, 1);
+}
+
+// Symbolic sizes with a broadcast: sizes and outer strides are kernel parameters.
+TEST(CppBackend, SymbolicBroadcastSharesOneKernel) {
   ScopedCacheDir dir;
   ExpectKernelsRan kernels_ran;
   auto fn = [](const Args& a) -> std::vector<at::Tensor> {
-    const at::Tensor& x = a[0].toTensor();
-    const at::Tensor& row = a[1].toTensor();
-    const at::Tensor& d = a[2].toTensor();
-    return {torch::tanh(x + row), x * d, torch::exp(x.to(torch::kDouble)) + d};
+    return {torch::relu(a[0].toTensor() * a[1].toTensor() + 1) > 0.5};
   };
-  const at::Tensor x = torch::randn({5, 7}), row = torch::randn({7}),
-                   d = torch::randn({5, 7}, torch::kDouble);
-  CompiledFunction f = compile(fn, Cpp());
-  ExpectAllMatch(CallCached(f, {x, row, d}), fn({x, row, d}));
+  Options o = Cpp();
+  o.dynamic = Dynamic::kDynamic;
+  CompiledFunction f = compile(fn, o);
+  const at::Tensor row = torch::randn({9});
+  for (int64_t n : {3, 8, 70, 3}) {
+    const Args args = {torch::randn({n, 9}), row};
+    f(args);
+    ExpectAllMatch(f(args), fn(args));
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(FusedRegions(f), 1);
+  EXPECT_EQ(dir.Files(".so").size(), 1u);
+  EXPECT_THAT(EntrySource(f), HasSubstr("params["));
+}
+
+// Type promotion as ATen does it, and integer/bool semantics.
+std::vector<at::Tensor> PromotionOps(const Args& a) {
+  const at::Tensor &i = a[0].toTensor(), &j = a[1].toTensor(), &x = a[2].toTensor(),
+                   &d = a[3].toTensor(), &b = a[4].toTensor(), &d0 = a[5].toTensor(),
+                   &i0 = a[6].toTensor();
+  return {i + 2.5,          // i64 + float Scalar -> f32
+          i * j,            // i64, wrapping
+          i + j * 3,        // i64 Scalar literal
+          torch::add(i, j, -2),
+          i - 3,
+          i + x,            // i64 + f32 -> f32
+          x + d0,           // f32 + 0-dim f64 -> f32
+          x * d,            // f32 * f64 -> f64
+          i * d0,           // i64 * 0-dim f64 -> f64 (a higher category promotes)
+          i + i0,           // i64 + 0-dim i64
+          torch::relu(i), torch::abs(i), -i, torch::square(i),
+          i / j,            // true division -> f32
+          torch::maximum(i, j), torch::minimum(i, j), i.clamp_min(0), i.clamp_max(2),
+          torch::exp(i.clamp_max(5)),  // int -> float op
+          b * x,            // bool * f32 -> f32
+          b + i,            // bool + i64 -> i64
+          x < d, i >= 2.5, i == j, x != x, x.eq(d0), d.le(i0), i.gt(x), x.ge(0),
+          x.eq(-1.5), i >= j, x.le(0.5), i.ne(2), b.ne(true),
+          torch::where(x > 0, x, d),      // -> f64
+          torch::where(b, i, x),          // i64/f32 -> f32
+          torch::where(b, i, j),          // i64
+          torch::where(i < 0, b, b.logical_not()),
+          (x > 0) == b};
+}
+
+Args PromotionArgs() {
+  const at::Tensor i = torch::tensor(std::vector<int64_t>{-5, -1, 0, 1, 2, 7, INT64_MAX, INT64_MIN});
+  const at::Tensor j = torch::tensor(std::vector<int64_t>{3, -2, 5, 1, 2, -7, 1, -1});
+  const at::Tensor x = torch::tensor(std::vector<double>{0.5, -1.5, NAN, INFINITY, -0.0, 2.0, 1e-3, -7.0}, torch::kFloat);
+  const at::Tensor d = torch::tensor(std::vector<double>{1.25, 3.0, -2.0, 0.0, 1e300, -1e-300, NAN, 4.0}, torch::kDouble);
+  const at::Tensor b = torch::tensor({true, false, true, true, false, false, true, false});
+  const at::Tensor d0 = torch::tensor(0.1, torch::kDouble);  // 0-dim double: does not promote f32
+  const at::Tensor i0 = torch::tensor(int64_t{3});
+  return {i, j, x, d, b, d0, i0};
+}
+
+TEST(CppBackend, TypePromotionAndDtypes) {
+  ScopedCacheDir dir;
+  ExpectFusedMatchesEager(PromotionOps, PromotionArgs(), 1);
+}
+
+// The transcendental and rounding ops on special values, for f32 and f64.
+std::vector<at::Tensor> FloatOps(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();
+  std::vector<at::Tensor> out = {torch::gelu(x), torch::gelu(x, "tanh"), torch::silu(x), torch::erf(x),
+                                 torch::erfc(x), torch::log1p(x), torch::expm1(x), torch::log2(x),
+                                 torch::log10(x), torch::sin(x), torch::cos(x), torch::floor(x),
+                                 torch::ceil(x), torch::trunc(x), torch::round(x)};
+  for (double e : {0.0, 1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 2.5, -1.75}) out.push_back(torch::pow(x, e));
+  out.push_back(torch::pow(x, 2));
+  return out;
+}
+
+TEST_P(CppBackendTest, FloatOpsMatchEagerOnSpecialValues) {
+  ScopedCacheDir dir;
+  std::vector<double> xs = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5,
+                            1e-7, -1e-7, 20.0, -20.0, 88.0, -88.0, 1e10, -1e10, 0.9999, -0.9999};
+  for (int k = 0; k < 100; ++k) xs.push_back(std::sin(k) * 6);
+  const Args args = {torch::tensor(xs, torch::TensorOptions().dtype(GetParam()))};
+  const std::string source = ExpectFusedMatchesEager(FloatOps, args, 1);
+  for (const char* op : {"aten::gelu", "aten::silu", "aten::erf", "aten::pow.Tensor_Scalar", "aten::round"}) {
+    EXPECT_THAT(source, HasSubstr(op));
+  }
 }
 
 // A graph with nothing to fuse needs no compiler.
