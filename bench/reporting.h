@@ -96,18 +96,25 @@ PairTiming Interleaved(int rounds, int calls_per_round, Eager eager, Warden ward
   return {{Median(er), Median(ec)}, {Median(wr), Median(wc)}};
 }
 
-// Removes `--summary_rounds=N` (rounds of the interleaved summary; 0 skips it) from argv, which
-// Google Benchmark would otherwise reject, and returns N (or `default_rounds`).
-inline int TakeSummaryRounds(int* argc, char** argv, int default_rounds) {
-  int rounds = default_rounds;
+// Removes every `--<name>=V` from argv (Google Benchmark rejects flags it does not know) and
+// returns the last V, or `fallback` if there was none.
+inline std::string TakeFlag(int* argc, char** argv, const std::string& name, const std::string& fallback) {
+  const std::string prefix = "--" + name + "=";
+  std::string value = fallback;
   for (int i = 1; i < *argc; ++i) {
-    if (std::strncmp(argv[i], "--summary_rounds=", 17) != 0) continue;
-    rounds = std::atoi(argv[i] + 17);
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) != 0) continue;
+    value = argv[i] + prefix.size();
     for (int j = i; j + 1 < *argc; ++j) argv[j] = argv[j + 1];
     --*argc;
     --i;
   }
-  return rounds;
+  return value;
+}
+
+// Removes `--summary_rounds=N` (rounds of the interleaved summary; 0 skips it) from argv and
+// returns N (or `default_rounds`).
+inline int TakeSummaryRounds(int* argc, char** argv, int default_rounds) {
+  return std::atoi(TakeFlag(argc, argv, "summary_rounds", std::to_string(default_rounds)).c_str());
 }
 
 }  // namespace warden::bench
