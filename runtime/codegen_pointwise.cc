@@ -342,6 +342,99 @@ std::string CanonicalName(const Graph& g, ValueId id) {
   return g.ValueName(id);
 }
 
+// Note [Row reductions]: the ops that end a region by reducing its last dim, and their arguments.
+struct ReductionDef {
+  ReductionKind kind;
+  bool dim_list;  // int[1] dim (else int dim)
+  int args;       // schema length
+};
+
+const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
+  static const auto* table = new std::unordered_map<std::string, ReductionDef>{
+      {"aten::softmax.int", {ReductionKind::kSoftmax, false, 3}},
+      {"aten::_softmax", {ReductionKind::kSoftmax, false, 3}},
+      {"aten::log_softmax.int", {ReductionKind::kLogSoftmax, false, 3}},
+      {"aten::_log_softmax", {ReductionKind::kLogSoftmax, false, 3}},
+      {"aten::sum.dim_IntList", {ReductionKind::kSum, true, 4}},
+      {"aten::mean.dim", {ReductionKind::kMean, true, 4}},
+      {"aten::amax", {ReductionKind::kAmax, true, 3}},
+  };
+  return *table;
+}
+
+// The reduction `node` is, if it is one the fuser can run (over the last dim of an f32/f64
+// tensor, no dtype conversion), else kNone.
+ReductionKind ReductionOf(const Graph& g, const Node& node) {
+  auto it = ReductionTable().find(node.op);
+  if (it == ReductionTable().end() || !node.handle || node.mutates) return ReductionKind::kNone;
+  const ReductionDef& def = it->second;
+  if (node.args.size() != static_cast<size_t>(def.args) || node.returns.size() != 1 ||
+      node.returns[0].kind != NodeReturn::Kind::kTensor || node.returns[0].values.size() != 1 ||
+      node.args[0].kind != NodeArg::Kind::kValue) {
+    return ReductionKind::kNone;
+  }
+  const Value& out = g.value(node.returns[0].values[0]);
+  const TensorMeta& im = g.value(node.args[0].value).meta;
+  const TensorMeta& m = out.meta;
+  if (im.sizes.empty() || im.sizes.back() < 1 || im.dtype != m.dtype ||
+      (m.dtype != ScalarType::Float && m.dtype != ScalarType::Double) || !m.device.is_cpu() ||
+      !im.device.is_cpu() || m.requires_grad || im.requires_grad || out.alias_of != tracer::kNoValue ||
+      !IsContiguous(m.sizes, m.strides) || im.strides.size() != im.sizes.size()) {
+    return ReductionKind::kNone;
+  }
+  for (size_t a = 1; a < node.args.size(); ++a) {
+    if (node.args[a].kind != NodeArg::Kind::kConstant) return ReductionKind::kNone;
+  }
+  const c10::IValue& dim = node.args[1].constant;
+  int64_t d;
+  if (def.dim_list) {
+    if (!dim.isIntList() || dim.toIntList().size() != 1) return ReductionKind::kNone;
+    d = dim.toIntList().get(0);
+  } else {
+    if (!dim.isInt()) return ReductionKind::kNone;
+    d = dim.toInt();
+  }
+  const int64_t rank = static_cast<int64_t>(im.sizes.size());
+  if (d < 0) d += rank;
+  if (d != rank - 1) return ReductionKind::kNone;
+  const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None) or half_to_float
+  if (!(last.isNone() || (last.isBool() && !last.toBool()))) return ReductionKind::kNone;
+  if (def.args == 4 && !node.args[2].constant.isBool()) return ReductionKind::kNone;  // keepdim
+  if (def.args == 3 && def.dim_list && !node.args[2].constant.isBool()) return ReductionKind::kNone;
+  return def.kind;
+}
+
+// The statements after the elementwise loop of a row-reduction region (Note [Row reductions]).
+std::string ReductionTail(ReductionKind kind, ScalarType t, int out) {
+  const char* T = CType(t);
+  const std::string y = absl::StrCat("out", out);
+  const std::string nan = t == ScalarType::Float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+  const char* f = t == ScalarType::Float ? "f" : "";
+  switch (kind) {
+    case ReductionKind::kAmax:
+      return absl::StrCat("    ", y, "[lin / inner] = nan ? ", nan, " : m;\n");
+    case ReductionKind::kSum:
+      return absl::StrCat("    ", y, "[lin / inner] = acc;\n");
+    case ReductionKind::kMean:
+      return absl::StrCat("    ", y, "[lin / inner] = acc / static_cast<", T, ">(inner);\n");
+    case ReductionKind::kSoftmax:
+      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
+                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) {\n",
+                          "      const ", T, " e = exp", f, "(", y, "[lin + j] - m);\n      ", y,
+                          "[lin + j] = e;\n      sum += e;\n    }\n    const ", T, " scale = 1 / sum;\n",
+                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] *= scale;\n");
+    case ReductionKind::kLogSoftmax:
+      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
+                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) sum += exp", f,
+                          "(", y, "[lin + j] - m);\n    const ", T, " log_sum = log", f, "(sum);\n",
+                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y,
+                          "[lin + j] = ", y, "[lin + j] - m - log_sum;\n");
+    case ReductionKind::kNone:
+      break;
+  }
+  return "";
+}
+
 std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
   const Layout& L = r.layout;
   const int dims = static_cast<int>(L.sizes.size());
@@ -381,9 +474,25 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
   // The innermost loop over [j0, j1) of the row starting at linear index `lin`, input k at o<k>.
   std::vector<std::string> offsets;
   for (int k = 0; k < ins; ++k) offsets.push_back(absl::StrCat("int64_t o", k));
+  absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n  (void)inner;\n");
   absl::StrAppend(&s, "  auto row = [&](int64_t lin, ", absl::StrJoin(offsets, ", "), ins ? ", " : "",
-                  "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n",
-                  "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) {\n");
+                  "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n");
+  // A row reduction consumes the value `reduced` of every element in the same loop.
+  const bool reduces = r.reduction != ReductionKind::kNone;
+  const Node* reduction = reduces ? &g.nodes[r.nodes.back()] : nullptr;
+  const ValueId reduced = reduces ? reduction->args[0].value : tracer::kNoValue;
+  const ScalarType rt = reduces ? g.value(reduced).meta.dtype : ScalarType::Float;
+  const bool max_like = r.reduction == ReductionKind::kAmax || r.reduction == ReductionKind::kSoftmax ||
+                        r.reduction == ReductionKind::kLogSoftmax;
+  if (max_like) {
+    absl::StrAppend(&s, "    ", CType(rt), " m = -", rt == ScalarType::Float ? "__builtin_inff()" : "__builtin_inf()",
+                    ";\n    bool nan = false;\n#pragma omp simd reduction(max:m) reduction(|:nan)\n");
+  } else if (reduces) {
+    absl::StrAppend(&s, "    ", CType(rt), " acc = 0;\n#pragma omp simd reduction(+:acc)\n");
+  } else {
+    absl::StrAppend(&s, "#pragma omp simd\n");
+  }
+  absl::StrAppend(&s, "    for (int64_t j = j0; j < j1; ++j) {\n");
   for (int k = 0; k < ins; ++k) {
     const int64_t inner = L.strides[k][dims - 1];
     const std::string index = inner == 0   ? absl::StrCat("o", k)
@@ -393,6 +502,7 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
                     k, "[", index, "];\n");
   }
   for (int index : r.nodes) {
+    if (reduces && index == r.nodes.back()) break;
     const Node& node = g.nodes[index];
     const OpDef& def = OpTable().at(node.op);
     Operands o;
@@ -424,14 +534,28 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
     absl::StrAppend(&s, "      const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
                     CanonicalName(g, out), " = ", node.op, "\n");
   }
+  int reduction_out = -1;
   for (size_t k = 0; k < r.outputs.size(); ++k) {
+    if (reduces && r.outputs[k] == reduction->returns[0].values[0]) {
+      reduction_out = static_cast<int>(k);
+      continue;
+    }
     absl::StrAppend(&s, "      out", k, "[lin + j] = v", r.outputs[k], ";\n");
   }
-  absl::StrAppend(&s, "    }\n  };\n");
+  if (max_like) {
+    absl::StrAppend(&s, "      m = v", reduced, " > m ? v", reduced, " : m;  // ", reduction->op,
+                    "\n      nan |= v", reduced, " != v", reduced, ";\n");
+    if (r.reduction != ReductionKind::kAmax) {
+      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
+    }
+  } else if (reduces) {
+    absl::StrAppend(&s, "      acc += v", reduced, ";  // ", reduction->op, "\n");
+  }
+  absl::StrAppend(&s, "    }\n", reduces ? ReductionTail(r.reduction, rt, reduction_out) : "", "  };\n");
 
   std::vector<std::string> zeros(ins, "0");
   const std::string zero_offsets = absl::StrCat(absl::StrJoin(zeros, ", "), ins ? ", " : "");
-  if (dims == 1) {
+  if (dims == 1 && !reduces) {
     if (r.static_layout) {
       // The whole range in one call (small tensors, one thread): literal bounds, so g++ can unroll.
       absl::StrAppend(&s, "  if (begin == 0 && end == s0) {\n    row(0, ", zero_offsets,
@@ -441,8 +565,7 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
     return s;
   }
   // Rows of the innermost dim; the row's input offsets from its index over the outer dims.
-  absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n",
-                  "  for (int64_t r = begin / inner, lin = r * inner; lin < end; ++r, lin += inner) {\n",
+  absl::StrAppend(&s, "  for (int64_t r = begin / inner, lin = r * inner; lin < end; ++r, lin += inner) {\n",
                   "    const int64_t j0 = begin > lin ? begin - lin : 0;\n",
                   "    const int64_t j1 = end - lin < inner ? end - lin : inner;\n",
                   "    int64_t rest = r;\n");
@@ -610,8 +733,33 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     return static_cast<size_t>(id) >= symbolic_shape.size() || !symbolic_shape[id];
   };
 
+  // Whether every tensor a node reads or writes has static sizes (row reductions need that).
+  auto node_static = [&](const Node& n) {
+    for (const NodeArg& a : n.args) {
+      if (a.kind == NodeArg::Kind::kValue && !is_static(a.value)) return false;
+    }
+    return is_static(n.returns[0].values[0]);
+  };
   PointwiseRegion* open = nullptr;
+  bool open_static = true;
   for (const Node& n : g.nodes) {
+    const ReductionKind reduction = ReductionOf(g, n);
+    if (reduction != ReductionKind::kNone && node_static(n)) {
+      // Note [Row reductions]: ends the open region if it produced the reduced value just before,
+      // else runs alone; either way the region is closed after it.
+      const ValueId in = n.args[0].value;
+      const Value& v = g.value(in);
+      if (open == nullptr || !open_static || open->nodes.back() != n.index - 1 ||
+          v.kind != tracer::ValueKind::kNode || v.node != n.index - 1 || open->sizes != v.meta.sizes) {
+        plan.regions.emplace_back();
+        open = &plan.regions.back();
+        open->sizes = v.meta.sizes;
+      }
+      open->nodes.push_back(n.index);
+      open->reduction = reduction;
+      open = nullptr;
+      continue;
+    }
     if (!FusionBlocker(g, n).empty()) {
       open = nullptr;
       continue;
@@ -621,8 +769,10 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
       plan.regions.emplace_back();
       open = &plan.regions.back();
       open->sizes = m.sizes;
+      open_static = true;
     }
     open->nodes.push_back(n.index);
+    open_static = open_static && node_static(n);
   }
 
   for (size_t k = 0; k < plan.regions.size(); ++k) {
@@ -636,7 +786,8 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     std::vector<std::vector<int64_t>> in_sizes, in_strides;
     for (int index : r.nodes) {
       const Node& n = g.nodes[index];
-      const int tensors = OpTable().at(n.op).tensors;
+      const bool is_reduction = r.reduction != ReductionKind::kNone && index == last;
+      const int tensors = is_reduction ? 1 : OpTable().at(n.op).tensors;
       for (int a = 0; a < tensors; ++a) {
         const ValueId id = n.args[a].value;
         if (produced_here(id) ||
@@ -650,9 +801,27 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
       }
       const ValueId out = n.returns[0].values[0];
       r.static_layout = r.static_layout && is_static(out);
-      if (last_user[out] > last || returned[out]) r.outputs.push_back(out);
+      if (last_user[out] > last || returned[out] || is_reduction) r.outputs.push_back(out);
     }
-    Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
+    if (r.reduction == ReductionKind::kNone) {
+      Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
+      continue;
+    }
+    // Rows: the outer dims collapsed, then the reduced dim on its own.
+    std::vector<int64_t> outer(r.sizes.begin(), r.sizes.end() - 1);
+    std::vector<int64_t> inner_strides;
+    for (size_t j = 0; j < in_sizes.size(); ++j) {
+      // Right-aligned: an operand's last dim (if any) is the reduced one.
+      const bool full = !in_sizes[j].empty() && in_sizes[j].back() == r.sizes.back() && r.sizes.back() != 1;
+      inner_strides.push_back(full ? in_strides[j].back() : 0);
+      if (!in_sizes[j].empty()) {
+        in_sizes[j].pop_back();
+        in_strides[j].pop_back();
+      }
+    }
+    Collapse(outer, in_sizes, in_strides, &r.layout);
+    r.layout.sizes.push_back(r.sizes.back());
+    for (size_t j = 0; j < in_sizes.size(); ++j) r.layout.strides[j].push_back(inner_strides[j]);
   }
 
   if (!plan.regions.empty()) {

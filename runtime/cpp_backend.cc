@@ -14,6 +14,7 @@
 // traced number of dims and innermost strides; its sizes and outer strides become the kernel's
 // params. The pattern check makes every node result of the region the region shape again, which
 // is what the single loop assumes.
+#include <algorithm>
 #include <atomic>
 
 #include <ATen/Parallel.h>
@@ -58,8 +59,10 @@ struct KernelStep {
   int64_t numel = 0;           // traced
   codegen::Layout layout;      // traced
   std::vector<KernelInput> inputs;
+  int64_t row = 0;             // > 0: a row reduction over rows of this many elements
   std::vector<int> output_slots;
   std::vector<at::ScalarType> output_dtypes;
+  std::vector<std::vector<int64_t>> output_sizes;  // traced
   int first_op = 0, end_op = 0;  // ops_[first_op, end_op): the region's nodes, for the fallback
 };
 
@@ -108,7 +111,9 @@ class CppArtifact final : public CodegenArtifact {
       for (ValueId id : r.outputs) {
         k.output_slots.push_back(slots.Slot(id));
         k.output_dtypes.push_back(g.value(id).meta.dtype);
+        k.output_sizes.push_back(g.value(id).meta.sizes);
       }
+      if (r.reduction != codegen::ReductionKind::kNone) k.row = r.sizes.back();
       k.first_op = r.nodes.front();
       k.end_op = r.nodes.back() + 1;
       steps_.push_back({true, static_cast<int>(kernels_.size())});
@@ -229,7 +234,11 @@ class CppArtifact final : public CodegenArtifact {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
     absl::InlinedVector<at::Tensor, 4> outs;
-    for (at::ScalarType dtype : k.output_dtypes) outs.push_back(codegen::EmptyOutput(sizes, dtype));
+    for (size_t j = 0; j < k.output_dtypes.size(); ++j) {
+      // Static: each output's traced sizes (a reduction's differ from the region shape).
+      outs.push_back(codegen::EmptyOutput(k.static_layout ? c10::IntArrayRef(k.output_sizes[j]) : sizes,
+                                          k.output_dtypes[j]));
+    }
     if (n > 0) {
       absl::InlinedVector<const void*, 8> in_ptrs;
       absl::InlinedVector<void*, 4> out_ptrs;
@@ -238,6 +247,10 @@ class CppArtifact final : public CodegenArtifact {
       const int64_t* p = params.empty() ? nullptr : params.data();
       if (n <= kGrainSize) {
         k.fn(in_ptrs.data(), out_ptrs.data(), p, 0, n);
+      } else if (k.row > 0) {  // whole rows per task
+        at::parallel_for(0, n / k.row, std::max<int64_t>(1, kGrainSize / k.row), [&](int64_t begin, int64_t end) {
+          k.fn(in_ptrs.data(), out_ptrs.data(), p, begin * k.row, end * k.row);
+        });
       } else {
         at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
           k.fn(in_ptrs.data(), out_ptrs.data(), p, begin, end);

@@ -444,8 +444,11 @@ TEST(CppBackend, MixedGraphMatmulChainSoftmax) {
   ExpectAllMatch(CallCached(f, {x, w, b}), fn({x, w, b}));
   EXPECT_EQ(EntryBackend(f), kBackend);
   const std::string source = AllSources(dir);
-  EXPECT_THAT(source, HasSubstr("warden_kernel_1"));  // two regions, around the softmax and matmul
-  EXPECT_THAT(source, Not(HasSubstr("softmax")));
+  // Two regions: the chain ending in the softmax (Note [Row reductions]), and the one after the
+  // second matmul.
+  EXPECT_THAT(source, HasSubstr("warden_kernel_1"));
+  EXPECT_THAT(source, Not(HasSubstr("warden_kernel_2")));
+  EXPECT_THAT(source, HasSubstr("aten::softmax.int"));
   EXPECT_THAT(source, Not(HasSubstr("matmul")));
 }
 
@@ -620,12 +623,71 @@ TEST_P(CppBackendTest, FloatOpsMatchEagerOnSpecialValues) {
   }
 }
 
+// Row reductions over the last dim, with and without a fused prologue, keepdim, NaN/Inf rows,
+// broadcast and strided operands (Note [Row reductions]).
+std::vector<at::Tensor> Reductions(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();    // [R, C]
+  const at::Tensor& col = a[1].toTensor();  // [C]
+  const at::Tensor& xt = a[2].toTensor();   // [R, C], transposed storage
+  const at::Tensor h = torch::tanh(x * col + 1);
+  return {torch::softmax(h, -1),
+          torch::log_softmax(x * 0.5, 1),
+          h.sum(-1), torch::sum(x - col, {1}, /*keepdim=*/true),
+          h.mean(-1), torch::mean(x, {-1}, true),
+          torch::amax(h, -1), torch::amax(x, {1}, true),
+          torch::softmax(xt, -1), torch::sum(xt, -1)};
+}
+
+TEST_P(CppBackendTest, RowReductionsMatchEager) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 5}, {64, 1000}, {200, 300}}) {
+    at::Tensor x = torch::randn({rows, cols}, opts) * 3;
+    if (rows >= 3 && cols >= 5) {  // a NaN row, an Inf row, an all -Inf row
+      x[0][1] = NAN;
+      x[1][2] = INFINITY;
+      x[2].fill_(-INFINITY);
+    }
+    const Args args = {x, torch::randn({cols}, opts), torch::randn({cols, rows}, opts).t()};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(Reductions, Cpp());
+    const auto got = CallCached(f, args), want = Reductions(args);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      // Sums in another order: rounding errors grow with the row length.
+      ExpectMatches(got[i], want[i], Rtol(GetParam()), Atol(GetParam()) * 10 * cols, absl::StrCat("output ", i));
+    }
+    EXPECT_GE(FusedRegions(f), 6) << "fusion silently stopped";
+    const std::string source = EntrySource(f);
+    for (const char* op : {"aten::softmax.int", "aten::log_softmax.int", "aten::sum.dim_IntList",
+                           "aten::mean.dim", "aten::amax"}) {
+      EXPECT_THAT(source, HasSubstr(op)) << op;
+    }
+  }
+}
+
+// Symbolic sizes: reductions are not fused (their kernels need static sizes); still correct.
+TEST(CppBackend, RowReductionsWithSymbolicSizesAreReplayed) {
+  ScopedCacheDir dir;
+  ExpectKernelsRan kernels_ran;
+  Options o = Cpp();
+  o.dynamic = Dynamic::kDynamic;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, -1)}; };
+  CompiledFunction f = compile(fn, o);
+  for (int64_t n : {3, 9}) {
+    const Args args = {torch::randn({n, 17})};
+    f(args);
+    ExpectAllMatch(f(args), fn(args));
+  }
+  EXPECT_THAT(EntrySource(f), Not(HasSubstr("softmax")));
+}
+
 // A graph with nothing to fuse needs no compiler.
 TEST(CppBackend, NothingFusibleCompilesNothing) {
   ScopedCacheDir dir;
   ScopedEnv path("PATH", "/nonexistent");
   auto fn = [](const Args& a) -> std::vector<at::Tensor> {
-    return {torch::softmax(torch::matmul(a[0].toTensor(), a[0].toTensor().t()), -1)};
+    return {torch::cumsum(torch::matmul(a[0].toTensor(), a[0].toTensor().t()), -1)};
   };
   const at::Tensor x = torch::randn({4, 6});
   CompiledFunction f = compile(fn, Cpp());
