@@ -358,6 +358,7 @@ const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
       {"aten::sum.dim_IntList", {ReductionKind::kSum, true, 4}},
       {"aten::mean.dim", {ReductionKind::kMean, true, 4}},
       {"aten::amax", {ReductionKind::kAmax, true, 3}},
+      {"aten::layer_norm", {ReductionKind::kLayerNorm, true, 6}},
   };
   return *table;
 }
@@ -382,6 +383,26 @@ ReductionKind ReductionOf(const Graph& g, const Node& node) {
       !IsContiguous(m.sizes, m.strides) || im.strides.size() != im.sizes.size()) {
     return ReductionKind::kNone;
   }
+  if (def.kind == ReductionKind::kLayerNorm) {
+    // layer_norm(input, normalized_shape=[C], weight?, bias?, eps, cudnn_enable)
+    const NodeArg& shape = node.args[1];
+    if (shape.kind != NodeArg::Kind::kConstant || !shape.constant.isIntList() ||
+        shape.constant.toIntList().size() != 1 || shape.constant.toIntList().get(0) != im.sizes.back() ||
+        node.args[4].kind != NodeArg::Kind::kConstant || !node.args[4].constant.isDouble()) {
+      return ReductionKind::kNone;
+    }
+    for (int a : {2, 3}) {
+      const NodeArg& wb = node.args[a];
+      if (wb.kind == NodeArg::Kind::kConstant && wb.constant.isNone()) continue;
+      if (wb.kind != NodeArg::Kind::kValue) return ReductionKind::kNone;
+      const TensorMeta& wm = g.value(wb.value).meta;
+      if (wm.sizes != std::vector<int64_t>{im.sizes.back()} || wm.dtype != m.dtype || !wm.device.is_cpu() ||
+          wm.requires_grad || wm.strides.size() != 1) {
+        return ReductionKind::kNone;
+      }
+    }
+    return def.kind;
+  }
   for (size_t a = 1; a < node.args.size(); ++a) {
     if (node.args[a].kind != NodeArg::Kind::kConstant) return ReductionKind::kNone;
   }
@@ -405,7 +426,8 @@ ReductionKind ReductionOf(const Graph& g, const Node& node) {
 }
 
 // The statements after the elementwise loop of a row-reduction region (Note [Row reductions]).
-std::string ReductionTail(ReductionKind kind, ScalarType t, int out) {
+std::string ReductionTail(ReductionKind kind, ScalarType t, int out, const std::string& weight = "",
+                          const std::string& bias = "", double eps = 0) {
   const char* T = CType(t);
   const std::string y = absl::StrCat("out", out);
   const std::string nan = t == ScalarType::Float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
@@ -429,6 +451,18 @@ std::string ReductionTail(ReductionKind kind, ScalarType t, int out) {
                           "(", y, "[lin + j] - m);\n    const ", T, " log_sum = log", f, "(sum);\n",
                           "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y,
                           "[lin + j] = ", y, "[lin + j] - m - log_sum;\n");
+    case ReductionKind::kLayerNorm: {
+      // LayerNormKernel.cpp: rstd = 1 / sqrt(var + eps); y = (x * rstd + -rstd * mean) * w + b.
+      std::string y_j = absl::StrCat("(", y, "[lin + j] * rstd + shift)");
+      if (!weight.empty()) y_j = absl::StrCat("(", y_j, " * ", weight, ")");
+      if (!bias.empty()) y_j = absl::StrCat("(", y_j, " + ", bias, ")");
+      return absl::StrCat("    const ", T, " mean = acc / static_cast<", T, ">(inner);\n    ", T, " var = 0;\n",
+                          "#pragma omp simd reduction(+:var)\n    for (int64_t j = j0; j < j1; ++j) {\n",
+                          "      const ", T, " d = ", y, "[lin + j] - mean;\n      var += d * d;\n    }\n",
+                          "    const ", T, " rstd = 1 / __builtin_sqrt", f, "(var / static_cast<", T, ">(inner) + ",
+                          LiteralOf(eps, t), ");\n    const ", T, " shift = -rstd * mean;\n",
+                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] = ", y_j, ";\n");
+    }
     case ReductionKind::kNone:
       break;
   }
@@ -486,7 +520,8 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
                         r.reduction == ReductionKind::kLogSoftmax;
   if (max_like) {
     absl::StrAppend(&s, "    ", CType(rt), " m = -", rt == ScalarType::Float ? "__builtin_inff()" : "__builtin_inf()",
-                    ";\n    bool nan = false;\n#pragma omp simd reduction(max:m) reduction(|:nan)\n");
+                    ";\n    int nan = 0;  // not bool: a bool reduction keeps the loop from vectorizing well\n"
+                    "#pragma omp simd reduction(max:m) reduction(|:nan)\n");
   } else if (reduces) {
     absl::StrAppend(&s, "    ", CType(rt), " acc = 0;\n#pragma omp simd reduction(+:acc)\n");
   } else {
@@ -550,8 +585,24 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
     }
   } else if (reduces) {
     absl::StrAppend(&s, "      acc += v", reduced, ";  // ", reduction->op, "\n");
+    if (r.reduction == ReductionKind::kLayerNorm) {
+      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
+    }
   }
-  absl::StrAppend(&s, "    }\n", reduces ? ReductionTail(r.reduction, rt, reduction_out) : "", "  };\n");
+  std::string tail;
+  if (r.reduction == ReductionKind::kLayerNorm) {
+    // Weight and bias are region inputs of shape [C]: element j of the row.
+    auto element = [&](const NodeArg& a) -> std::string {
+      if (a.kind != NodeArg::Kind::kValue) return "";
+      const int k = static_cast<int>(std::find(r.inputs.begin(), r.inputs.end(), a.value) - r.inputs.begin());
+      return absl::StrCat("in", k, "[o", k, " + j * t", k, "_", dims - 1, "]");
+    };
+    tail = ReductionTail(r.reduction, rt, reduction_out, element(reduction->args[2]), element(reduction->args[3]),
+                         reduction->args[4].constant.toDouble());
+  } else if (reduces) {
+    tail = ReductionTail(r.reduction, rt, reduction_out);
+  }
+  absl::StrAppend(&s, "    }\n", tail, "  };\n");
 
   std::vector<std::string> zeros(ins, "0");
   const std::string zero_offsets = absl::StrCat(absl::StrJoin(zeros, ", "), ins ? ", " : "");
@@ -749,7 +800,14 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
       // else runs alone; either way the region is closed after it.
       const ValueId in = n.args[0].value;
       const Value& v = g.value(in);
-      if (open == nullptr || !open_static || open->nodes.back() != n.index - 1 ||
+      // Other tensor operands (layer_norm's weight and bias) must come from before the region.
+      bool operands_before = true;
+      for (size_t a = 1; a < n.args.size(); ++a) {
+        if (n.args[a].kind != NodeArg::Kind::kValue || open == nullptr) continue;
+        const Value& w = g.value(n.args[a].value);
+        operands_before &= !(w.kind == tracer::ValueKind::kNode && w.node >= open->nodes.front());
+      }
+      if (open == nullptr || !open_static || !operands_before || open->nodes.back() != n.index - 1 ||
           v.kind != tracer::ValueKind::kNode || v.node != n.index - 1 || open->sizes != v.meta.sizes) {
         plan.regions.emplace_back();
         open = &plan.regions.back();
@@ -787,8 +845,9 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     for (int index : r.nodes) {
       const Node& n = g.nodes[index];
       const bool is_reduction = r.reduction != ReductionKind::kNone && index == last;
-      const int tensors = is_reduction ? 1 : OpTable().at(n.op).tensors;
+      const int tensors = is_reduction ? static_cast<int>(n.args.size()) : OpTable().at(n.op).tensors;
       for (int a = 0; a < tensors; ++a) {
+        if (n.args[a].kind != NodeArg::Kind::kValue) continue;  // a reduction's constants
         const ValueId id = n.args[a].value;
         if (produced_here(id) ||
             std::find(r.inputs.begin(), r.inputs.end(), id) != r.inputs.end()) {

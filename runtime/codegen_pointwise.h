@@ -64,15 +64,16 @@ bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<i
               const std::vector<std::vector<int64_t>>& in_strides, Layout* layout);
 
 // Note [Row reductions]
-// A region may end with one reduction over the last dim (softmax, log_softmax, sum, mean, amax of
-// f32/f64, no dtype conversion) when every value it touches has static sizes: either the node
+// A region may end with one reduction over the last dim (softmax, log_softmax, sum, mean, amax,
+// layer_norm over the last dim with optional [C] weight/bias; f32/f64, no dtype conversion) when every value it touches has static sizes: either the node
 // right after the region, reducing the region's last result, or a region of its own. Its kernel
 // runs whole rows (begin and end are multiples of the last dim): one loop computes the
 // elementwise nodes, writes their outputs and reduces (max with NaN propagation, or a sum in
 // vector order), then softmax/log_softmax make two more passes over the output row as ATen's
-// vectorized last-dim kernels do (exp(x - max) scaled by 1/sum; x - max - log(sum)). The region
+// vectorized last-dim kernels do (exp(x - max) scaled by 1/sum; x - max - log(sum); layer_norm:
+// mean, then the biased variance in a second pass, then (x * rstd - rstd * mean) * w + b). The region
 // shape is the reduced input's; the layout is the outer dims collapsed plus the reduced dim.
-enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax };
+enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 
 struct PointwiseRegion {
   std::vector<int> nodes;                 // consecutive node indices, in order
