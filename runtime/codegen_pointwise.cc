@@ -314,8 +314,11 @@ ScalarType ComputeDtype(const Graph& g, const Node& n, const OpDef& def) {
   if (def.kind != Kind::kCompare) return out;
   std::vector<Participant> ps;
   for (int a = 0; a < def.tensors; ++a) {
-    const TensorMeta& m = g.value(n.args[a].value).meta;
-    ps.push_back({m.dtype, m.sizes.empty() ? 1 : 2});
+    const Value& v = g.value(n.args[a].value);
+    // A wrapped number (a Scalar an ATen composite turned into a tensor) ranks like a Scalar.
+    const bool wrapped = v.kind == tracer::ValueKind::kConstant && v.constant.defined() &&
+                         v.constant.unsafeGetTensorImpl()->is_wrapped_number();
+    ps.push_back({v.meta.dtype, wrapped ? 0 : v.meta.sizes.empty() ? 1 : 2});
   }
   for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
     const c10::IValue& v = n.args[a].constant;
