@@ -1,6 +1,8 @@
-// Tests of backend "cpp" (runtime/cpp_backend.cc, codegen_*.cc) through
-// warden::compile: differential tests against eager for every fused op and for chains (f32/f64,
-// NaN/Inf, empty, non-contiguous, 0-dim operands, mixed graphs), the on-disk kernel cache (reuse in
+// Tests of backend "cpp" (runtime/cpp_backend.cc, codegen_*.cc) through warden::compile:
+// differential tests against eager for every fused op and for chains (f32/f64/i64/b8 and ATen's
+// type promotion, NaN/Inf, empty, broadcast, strided and non-contiguous operands, 0-dim operands,
+// static and symbolic sizes, row reductions with fused prologues, mixed graphs), each asserting
+// that the kernels really ran (no region fell back to replay); the on-disk kernel cache (reuse in
 // the same and in a second process, corrupt files) and the fallback to "aten" without a compiler.
 // Every test uses its own WARDEN_CACHE_DIR.
 #include <unistd.h>
