@@ -63,6 +63,10 @@ bool UsesDefaultDtype(const Graph& g) {
                                                  (a.constant.isScalar() && a.constant.toScalar().isFloatingPoint()))) {
         return true;
       }
+      if (a.kind == NodeArg::Kind::kValue && !g.value(a.value).is_tensor &&
+          g.value(a.value).traced_scalar.isDouble()) {
+        return true;  // a symbolic double argument: promotes integer tensors to the default dtype
+      }
     }
   }
   return false;
@@ -205,6 +209,10 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     const int a = static_cast<int>(i);
     const ArgType type = ArgTypeOf(args[i]);
     add({GuardKind::kArgType, a, -1, -1, static_cast<int64_t>(type), 0, "every argument's type is guarded"});
+    if (static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue &&
+        !g.value(g.arg_values[a]).is_tensor) {
+      continue;  // a symbolic scalar (Note [Symbolic scalars]): read by the graph, only its type guarded
+    }
     switch (type) {
       case ArgType::kInt:
         add({GuardKind::kIntValue, a, -1, -1, args[i].toInt(), 0,

@@ -114,6 +114,11 @@ struct Round {
           }
           break;
         case NodeArg::Kind::kValue:
+          if (!g.value(a.value).is_tensor) {  // a symbolic scalar argument: its traced value
+            s.kind = ShapeContext::Arg::Kind::kConstant;
+            s.constant = g.value(a.value).traced_scalar;
+            break;
+          }
           s.kind = ShapeContext::Arg::Kind::kTensor;
           s.shape = out.shapes[a.value];
           break;

@@ -8,6 +8,7 @@
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
 #include "runtime/function_impl.h"
+#include "runtime/symbolic_scalars.h"
 #include "tracer/tracer.h"
 
 namespace warden {
@@ -345,7 +346,22 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     return trace.outputs;
   }
 
+  // Scalars the caller marked dynamic become graph inputs if a second trace confirms that they
+  // are used only as op arguments (Note [Symbolic scalars]).
+  std::set<int> scalar_candidates;
+  for (const auto& [key, dynamic] : dim_hints_) {
+    const int arg = key.first;
+    if (dynamic && arg < static_cast<int>(args.size()) && (args[arg].isInt() || args[arg].isDouble()) &&
+        !static_scalars_.count(arg)) {
+      scalar_candidates.insert(arg);
+    }
+  }
+  runtime::ScalarPromotion promotion = runtime::PromoteScalars(fn_, args, names, trace, scalar_candidates);
+  trace.graph = promotion.graph;
+  static_scalars_.insert(promotion.kept_args.begin(), promotion.kept_args.end());
+
   auto entry = std::make_shared<CacheEntry>();
+  entry->scalar_notes = promotion.kept;
   entry->index = next_entry_index_++;
   entry->created_at_call = call_index;
   entry->last_used.store(call_index);
@@ -354,20 +370,21 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   guards::BuildInput in{trace.graph.get(), &trace.reads, &args};
   std::set<std::pair<int, int>> newly_dynamic;
   const std::set<std::pair<int, int>> dynamic = DynamicDims(args, entries, &newly_dynamic);
-  std::string became_dynamic;
+  std::vector<std::string> names_now;  // dims and scalars that are symbolic for the first time
   if (!dynamic.empty()) {
     entry->shapes = std::make_shared<ops::ShapePassResult>(
         ops::PropagateShapes(*trace.graph, trace.reads, dynamic));
     in.shapes = entry->shapes.get();
-    std::vector<std::string> names_now;
     for (size_t k = 0; k < entry->shapes->symbols.size(); ++k) {
       const ops::SymbolSource& src = entry->shapes->symbols[k];
       if (newly_dynamic.count({src.arg, src.dim}) && !entry->shapes->specialized.count(static_cast<int>(k))) {
         names_now.push_back(ops::SymbolName(src, names));
       }
     }
-    if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   }
+  for (int arg : promotion.promoted) names_now.push_back(names[arg]);
+  std::string became_dynamic;
+  if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   entry->signature = guards::SignatureOf(entry->program.guards());
   entry->residual = guards::GuardProgram::AfterSignatureMatch(entry->program.guards());
@@ -524,6 +541,7 @@ void CompiledFunction::reset() {
   impl_->eager_reason_.clear();
   impl_->limit_warned_ = false;
   impl_->auto_dynamic_.clear();
+  impl_->static_scalars_.clear();
 }
 
 }  // namespace warden

@@ -76,6 +76,7 @@ std::string CompiledFunction::explain() const {
                       " in ", code.library, " (source beside it; WARDEN_LOGS=output_code prints it)\n");
     }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
+    for (const std::string& m : e->scalar_notes) absl::StrAppend(&out, "  scalar: ", m, "\n");
     if (e->shapes != nullptr && !e->shapes->symbols.empty()) {
       absl::StrAppend(&out, "  symbols:");
       for (size_t k = 0; k < e->shapes->symbols.size(); ++k) {
@@ -138,7 +139,8 @@ std::string CompiledFunction::explain_json() const {
                        {"graph", GraphText(*e)},
                        {"num_nodes", e->graph->nodes.size()},
                        {"guards", guards},
-                       {"rule_mismatches", e->rule_mismatches}});
+                       {"rule_mismatches", e->rule_mismatches},
+                       {"scalar_notes", e->scalar_notes}});
   }
   doc["entries"] = entries;
   nlohmann::json events = nlohmann::json::array();

@@ -70,6 +70,7 @@ struct CacheEntry {
   std::shared_ptr<const tracer::Graph> graph;
   ArtifactSlot artifact;
   std::vector<std::string> rule_mismatches;
+  std::vector<std::string> scalar_notes;  // marked-dynamic scalars kept specialized, and why
   std::shared_ptr<const ops::ShapePassResult> shapes;  // null: every used size is static
   mutable std::atomic<int64_t> last_used{0};  // call index of the last hit (MRU order)
   mutable std::atomic<int64_t> hits{0};
@@ -117,6 +118,7 @@ class CompiledFunction::Impl {
   bool limit_warned_ = false;
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
+  std::set<int> static_scalars_;                   // marked scalars a compile kept specialized
   std::vector<std::thread> background_;            // async_compile jobs, joined by ~Impl
 
   std::string ArgName(size_t i) const;

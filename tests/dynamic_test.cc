@@ -1,6 +1,8 @@
 // Acceptance scenarios for dynamic shapes through the public API: automatic dynamic, kDynamic,
 // mark_dynamic / mark_static, 0/1 specialization, relational guards and their reasons. These are
 // the behaviours Dynamo documents for torch.compile(dynamic=None/True/False).
+#include <cstdlib>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -237,5 +239,123 @@ TEST(Dynamic, ReshapeSolvesMinusOneSymbolically) {
   auto y = torch::randn({5, 6});  // 30 elements: not a multiple of 4 -> eager raises
   EXPECT_THROW(f({y}), std::exception);
 }
+
+// Note [Symbolic scalars]: mark_dynamic on an int/double argument the caller vouches is used only
+// as an op argument. Each case runs on both backends.
+class SymbolicScalar : public ::testing::TestWithParam<const char*> {
+ protected:
+  warden::Options Opts() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    setenv("WARDEN_CACHE_DIR", (std::string(tmp != nullptr ? tmp : "/tmp") + "/warden-dynamic").c_str(), 1);
+    warden::Options o = Mode(warden::Dynamic::kAuto);
+    o.backend = GetParam();
+    o.arg_names = {"x", "alpha"};
+    return o;
+  }
+};
+
+std::vector<at::Tensor> ScaleShift(const std::vector<c10::IValue>& a) {
+  const at::Tensor& x = a[0].toTensor();
+  return {torch::add(x * a[1].toScalar(), x.tanh(), a[1].toScalar())};
+}
+
+TEST_P(SymbolicScalar, OneCompileForEveryValue) {
+  auto f = warden::compile(ScaleShift, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::randn({8});
+  for (double alpha : {2.0, 3.0, -0.5, 0.0, 1e6}) ExpectSame(f({x, alpha}), ScaleShift({x, alpha}));
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 4);
+  const std::string text = f.explain();
+  EXPECT_THAT(text, HasSubstr("%alpha: float (symbolic)"));
+  EXPECT_THAT(text, HasSubstr("aten::mul.Scalar(%x, %alpha)"));
+  EXPECT_THAT(f.guards(0), testing::Contains(HasSubstr("type(alpha) == Double")));
+  EXPECT_THAT(f.guards(0), testing::Not(testing::Contains(HasSubstr("alpha =="))));
+  // The type is still guarded: an int is a new entry (type promotion may differ).
+  ExpectSame(f({x, int64_t{2}}), ScaleShift({x, 2.0}));
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+TEST_P(SymbolicScalar, IntArgument) {
+  auto f = warden::compile([](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                             return {a[0].toTensor().add(a[1].toInt()).mul(a[1].toInt())};
+                           }, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::arange(6);
+  for (int64_t n : {3, 4, -7, 0}) {
+    auto got = f({x, n});
+    EXPECT_TRUE(torch::equal(got[0], x.add(n).mul(n))) << n;
+    EXPECT_EQ(got[0].scalar_type(), at::kLong);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+TEST_P(SymbolicScalar, BranchOnTheValueKeepsItSpecialized) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const double alpha = a[1].toDouble();
+    at::Tensor y = a[0].toTensor() * alpha;
+    return {alpha > 2.5 ? y.relu() : y};  // invisible to the tracer
+  };
+  auto f = warden::compile(fn, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::randn({8});
+  // At 2.0 the second trace (at 3.0) takes the other branch: alpha stays specialized, and is not
+  // tried again at 3.0 (where a second trace at 4.25 would not cross the branch).
+  for (double alpha : {2.0, 3.0, 2.0, 3.0}) ExpectSame(f({x, alpha}), fn({x, alpha}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("scalar: alpha stays specialized: the function records different ops"));
+  EXPECT_THAT(f.guards(1), testing::Contains(HasSubstr("alpha == 3")));
+}
+
+TEST_P(SymbolicScalar, DerivedValueKeepsItSpecialized) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor() * (a[1].toDouble() * 2)};
+  };
+  auto f = warden::compile(fn, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::randn({8});
+  for (double alpha : {2.0, 3.0}) ExpectSame(f({x, alpha}), fn({x, alpha}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("changes with it but is not its value"));
+}
+
+TEST_P(SymbolicScalar, UnusedOrStatefulKeepsItSpecialized) {
+  auto only_cpp = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[1].toDouble() > 0 ? a[0].toTensor().relu() : a[0].toTensor().neg()};
+  };
+  auto f = warden::compile(only_cpp, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::randn({8});
+  for (double alpha : {1.0, 2.0, -1.0}) ExpectSame(f({x, alpha}), only_cpp({x, alpha}));
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_THAT(f.explain(), HasSubstr("no op takes it as an argument"));
+
+  auto in_place = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor().add_(a[1].toDouble())};
+  };
+  auto g = warden::compile(in_place, Opts());
+  g.mark_dynamic(1, 0);
+  auto y = torch::zeros({4});
+  g({y, 1.0});
+  g({y, 2.0});
+  EXPECT_TRUE(torch::equal(y, torch::full({4}, 3.0)));  // the function ran once per call
+  EXPECT_EQ(g.stats().compiles, 2);
+  EXPECT_THAT(g.explain(), HasSubstr("the graph writes a tensor or draws random numbers"));
+}
+
+TEST_P(SymbolicScalar, ThrowingProbeKeepsItSpecialized) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {a[0].toTensor().select(0, a[1].toInt())};  // index 3 is valid, 4 (the probe) is not
+  };
+  auto f = warden::compile(fn, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::randn({4, 2});
+  ExpectSame(f({x, int64_t{3}}), fn({x, int64_t{3}}));
+  ExpectSame(f({x, int64_t{1}}), fn({x, int64_t{1}}));
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("alpha stays specialized: the function raised with alpha = 4"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SymbolicScalar, ::testing::Values("aten", "cpp"));
 
 }  // namespace

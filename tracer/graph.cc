@@ -180,6 +180,9 @@ namespace {
 using ShapeOf = std::function<std::string(ValueId)>;
 
 std::string TypeString(const Value& v, const ShapeOf& shape_of = nullptr) {
+  if (!v.is_tensor && v.kind == ValueKind::kInput) {
+    return absl::StrCat(v.traced_scalar.isDouble() ? "float" : "int", " (symbolic)");
+  }
   if (!v.is_tensor) return absl::StrCat("scalar = ", IValueString(v.traced_scalar));
   return absl::StrCat(DtypeShort(v.meta.dtype), shape_of ? shape_of(v.id) : ShapeString(v.meta.sizes));
 }
