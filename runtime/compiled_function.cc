@@ -1,12 +1,14 @@
 // compile() and the call path of a CompiledFunction: guard check against the current snapshot
 // (hit), otherwise trace + build guards + compile + publish (miss), with the recompile event.
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
+#include "runtime/codegen_compiler.h"
 #include "runtime/function_impl.h"
 #include "runtime/symbolic_scalars.h"
 #include "tracer/tracer.h"
@@ -94,11 +96,124 @@ CompileContext ContextOf(const CacheEntry& entry, const Options& options, const 
   return context;
 }
 
+// --- WARDEN_TRACE_DIR (Note [Trace events]); called only when the function has a trace log ------
+
+using TraceClock = std::chrono::steady_clock;
+
+double Millis(TraceClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+nlohmann::json TraceFields(const CompiledFunction::Impl& f, int64_t call_index) {
+  return {{"fn", f.options_.name}, {"fn_id", f.id_}, {"call", call_index}};
+}
+
+std::string EntryId(const CompiledFunction::Impl& f, int index) { return absl::StrCat(f.id_, "/", index); }
+
+// A miss against existing entries: the reason per entry (most recently used first), the action,
+// the call's arguments, and the closest entry (fewest failing guards) with every guard of it that
+// failed, each with its reason: the diff `warden report` shows and builds suggestions from.
+void TraceMiss(const CompiledFunction::Impl& f, const std::string& type, const RecompileEvent& event,
+               const std::vector<std::shared_ptr<const CacheEntry>>& entries, const std::vector<c10::IValue>& args,
+               const std::vector<std::string>& names, const std::map<int, std::string>& failures,
+               nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json j = TraceFields(f, event.call_index);
+  j.update(extra);
+  j["action"] = event.action;
+  j["args"] = runtime::ArgsJson(args, names);
+  nlohmann::json reasons = nlohmann::json::array();
+  nlohmann::json closest;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const CacheEntry& e = *entries[i];
+    reasons.push_back({{"entry", EntryId(f, e.index)}, {"reason", i < event.reasons.size() ? event.reasons[i] : ""}});
+    nlohmann::json failing = runtime::FailingGuardsJson(e.program.guards(), args, names);
+    auto value = failures.find(e.index);
+    if (failing.empty() && value != failures.end()) {
+      failing.push_back({{"kind", "data_value"}, {"text", value->second}, {"provenance", "value guard in the artifact"},
+                         {"reason", value->second}});
+    }
+    if (closest.is_null() || failing.size() < closest["failing"].size()) {
+      closest = {{"entry", EntryId(f, e.index)}, {"num_guards", e.program.guards().size()}, {"failing", failing}};
+    }
+  }
+  j["reasons"] = reasons;
+  if (!closest.is_null()) j["closest"] = closest;
+  f.trace_->Emit(type, std::move(j));
+}
+
+// A new entry: timings, backend, graph and guards with provenance; a backend fallback and the
+// kernel cache's activity during the compile (process-wide counters: approximate when other
+// functions compile at the same time) as their own events.
+void TraceCompiled(const CompiledFunction::Impl& f, const CacheEntry& e, const std::vector<c10::IValue>& args,
+                   const std::vector<std::string>& names, const std::string& action, nlohmann::json ms,
+                   const codegen::KernelCacheStats& kernels_before) {
+  nlohmann::json j = TraceFields(f, e.created_at_call);
+  const std::string entry = EntryId(f, e.index);
+  j["entry"] = entry;
+  j["action"] = action;
+  j["ms"] = std::move(ms);
+  j["backend"] = e.artifact.backend();
+  j["backend_note"] = e.artifact.note();
+  j["args"] = runtime::ArgsJson(args, names);
+  j["graph"] = GraphText(e);
+  j["num_nodes"] = e.graph->nodes.size();
+  j["guards"] = runtime::GuardsJson(e.program.guards(), names);
+  j["rule_mismatches"] = e.rule_mismatches;
+  j["scalar_notes"] = e.scalar_notes;
+  nlohmann::json symbols = nlohmann::json::array();
+  if (e.shapes != nullptr) {
+    for (size_t k = 0; k < e.shapes->symbols.size(); ++k) {
+      symbols.push_back({{"symbol", absl::StrCat("s", k)}, {"source", ops::SymbolName(e.shapes->symbols[k], names)},
+                         {"specialized", e.shapes->specialized.count(static_cast<int>(k)) > 0}});
+    }
+  }
+  j["symbols"] = symbols;
+  f.trace_->Emit("compile_end", std::move(j));
+  if (e.artifact.backend() != f.options_.backend && !e.artifact.note().empty()) {
+    nlohmann::json b = TraceFields(f, e.created_at_call);
+    b["entry"] = entry;
+    b["asked"] = f.options_.backend;
+    b["used"] = e.artifact.backend();
+    b["note"] = e.artifact.note();
+    f.trace_->Emit("backend_fallback", std::move(b));
+  }
+  const codegen::KernelCacheStats now = codegen::GetKernelCacheStats();
+  if (now.compiles != kernels_before.compiles || now.disk_hits != kernels_before.disk_hits ||
+      now.discarded != kernels_before.discarded || now.failures != kernels_before.failures) {
+    nlohmann::json d = TraceFields(f, e.created_at_call);
+    d["entry"] = entry;
+    d["disk_hits"] = now.disk_hits - kernels_before.disk_hits;
+    d["compiler_runs"] = now.compiles - kernels_before.compiles;
+    d["discarded"] = now.discarded - kernels_before.discarded;
+    d["failures"] = now.failures - kernels_before.failures;
+    d["cache_dir"] = codegen::KernelCacheDir();
+    f.trace_->Emit("disk_cache", std::move(d));
+  }
+}
+
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 }  // namespace
 
 CompiledFunction::Impl::Impl(Fn fn, Options options, int id)
-    : fn_(std::move(fn)), options_(std::move(options)), id_(id), logs_(runtime::LogTopics::FromEnv()) {
+    : fn_(std::move(fn)), options_(std::move(options)), id_(id), logs_(runtime::LogTopics::FromEnv()),
+      trace_(runtime::TraceLog::FromEnv()) {
   Publish({});
+  if (trace_ != nullptr) {
+    const char* dynamic[] = {"static", "auto", "dynamic"};
+    nlohmann::json j = {{"fn", options_.name}, {"fn_id", id_}, {"backend", options_.backend},
+                        {"dynamic", dynamic[static_cast<int>(options_.dynamic)]},
+                        {"cache_size_limit", options_.cache_size_limit},
+                        {"fail_on_cache_limit", options_.fail_on_cache_limit},
+                        {"async_compile", options_.async_compile}, {"arg_names", options_.arg_names}};
+    trace_->Emit("function", std::move(j));
+  }
 }
 
 CompiledFunction::Impl::~Impl() {
@@ -108,6 +223,17 @@ CompiledFunction::Impl::~Impl() {
     jobs.swap(background_);
   }
   for (std::thread& t : jobs) t.join();
+  if (trace_ != nullptr) {
+    nlohmann::json entries = nlohmann::json::array();
+    for (const auto& e : snapshot_.load()->entries) {
+      entries.push_back({{"entry", EntryId(*this, e->index)}, {"created_at_call", e->created_at_call},
+                         {"hits", e->hits.load()}, {"backend", e->artifact.backend()}});
+    }
+    trace_->Emit("function_end", {{"fn", options_.name}, {"fn_id", id_}, {"calls", calls_.load()},
+                                  {"cache_hits", hits_.load()}, {"compiles", compiles_.load()},
+                                  {"eager_calls", eager_calls_.load()}, {"eager_reason", eager_reason_},
+                                  {"entries", entries}});
+  }
 }
 
 std::string CompiledFunction::Impl::ArgName(size_t i) const {
@@ -307,6 +433,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
                                              options_.name, "'\n   last reason: ", last_reason);
     event.action = absl::StrCat("cache_size_limit (", limit, ") hit: ",
                                 options_.fail_on_cache_limit ? "raised an error" : "ran eagerly");
+    if (trace_ != nullptr) TraceMiss(*this, "cache_limit", event, entries, args, names, failures, {{"limit", limit}});
     RecordEvent(std::move(event));
     if (!limit_warned_) {
       limit_warned_ = true;
@@ -320,10 +447,21 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
 
   // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
   // leave no entry behind.
+  const TraceClock::time_point compile_start = TraceClock::now();
+  if (trace_ != nullptr) {
+    nlohmann::json j = TraceFields(*this, call_index);
+    j["entries"] = entries.size();
+    trace_->Emit("compile_start", std::move(j));
+  }
   tracer::TraceResult trace;
   try {
     trace = tracer::Trace(fn_, args, names);
   } catch (...) {
+    if (trace_ != nullptr) {
+      nlohmann::json j = TraceFields(*this, call_index);
+      j["error"] = CurrentExceptionText();
+      trace_->Emit("trace_error", std::move(j));
+    }
     if (!entries.empty()) {
       event.action = "retraced: the function raised an exception (no entry added)";
       if (logs_.recompiles) runtime::LogToStderr(log);
@@ -331,10 +469,14 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     }
     throw;
   }
+  const TraceClock::time_point traced_at = TraceClock::now();
   if (!trace.untraceable.empty()) {
     eager_reason_ = trace.untraceable;
     eager_calls_.fetch_add(1);
     event.action = absl::StrCat("not traceable (", trace.untraceable, "): runs eagerly from now on");
+    if (trace_ != nullptr) {
+      TraceMiss(*this, "eager_fallback", event, entries, args, names, failures, {{"reason", trace.untraceable}});
+    }
     if (logs_.recompiles || entries.empty()) {
       runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
     }
@@ -389,8 +531,27 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   entry->signature = guards::SignatureOf(entry->program.guards());
   entry->residual = guards::GuardProgram::AfterSignatureMatch(entry->program.guards());
 
-  CompileEntry(entry, names);
+  const TraceClock::time_point guarded_at = TraceClock::now();
+  const codegen::KernelCacheStats kernels_before = codegen::GetKernelCacheStats();
+  try {
+    CompileEntry(entry, names);
+  } catch (const std::exception& e) {
+    if (trace_ != nullptr) {
+      nlohmann::json j = TraceFields(*this, call_index);
+      j["backend"] = options_.backend;
+      j["error"] = e.what();
+      trace_->Emit("backend_error", std::move(j));
+    }
+    throw;
+  }
   compiles_.fetch_add(1);
+  if (trace_ != nullptr) {
+    const TraceClock::time_point compiled_at = TraceClock::now();
+    nlohmann::json ms = {{"trace", Millis(traced_at - compile_start)}, {"guards", Millis(guarded_at - traced_at)},
+                         {"backend", Millis(compiled_at - guarded_at)}, {"total", Millis(compiled_at - compile_start)}};
+    TraceCompiled(*this, *entry, args, names, entries.empty() ? "compiled" : absl::StrCat("recompiled", became_dynamic),
+                  std::move(ms), kernels_before);
+  }
 
   if (logs_.graph) {
     runtime::LogToStderr(absl::StrCat("warden: graph of ", options_.name, " entry ", id_, "/",
@@ -403,6 +564,9 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   if (!entries.empty()) {
     event.action = absl::StrCat("recompiled", became_dynamic);
     if (logs_.recompiles) runtime::LogToStderr(log);
+    if (trace_ != nullptr) {
+      TraceMiss(*this, "recompile", event, entries, args, names, failures, {{"entry", EntryId(*this, entry->index)}});
+    }
     RecordEvent(std::move(event));
   }
 

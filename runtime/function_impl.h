@@ -18,6 +18,7 @@
 #include "ops/shape_pass.h"
 #include "runtime/backend.h"
 #include "runtime/logging.h"
+#include "runtime/trace_log.h"
 #include "runtime/warden.h"
 #include "tracer/graph.h"
 
@@ -105,6 +106,7 @@ class CompiledFunction::Impl {
   Options options_;
   int id_;
   runtime::LogTopics logs_;
+  runtime::TraceLog* trace_;  // WARDEN_TRACE_DIR at compile(); null: no trace (Note [Trace events])
 
   std::atomic<const Snapshot*> snapshot_{nullptr};
   std::atomic<int64_t> calls_{0}, hits_{0}, compiles_{0}, eager_calls_{0};

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `warden report` in a browser: renders the HTML of testdata/report_trace.jsonl in headless
+# Chromium, checks the DOM for the report's headings and that a screenshot is a non-trivial PNG.
+# Chromium is not part of tools/install_deps.sh (about 290 MB installed); without it this test
+# prints SKIP and passes. Install it with `apt-get install chromium` to run it.
+set -euo pipefail
+
+warden="$1"
+trace="$2"
+
+browser="$(command -v chromium || command -v chromium-browser || true)"
+if [ -z "$browser" ]; then
+  echo "SKIP: chromium is not installed (apt-get install chromium); the HTML report was not rendered"
+  exit 0
+fi
+
+out="${TEST_TMPDIR}/report.html"
+"$warden" report "$trace" --out="$out"
+test -s "$out"
+
+export HOME="${TEST_TMPDIR}"  # Chromium writes its profile under HOME
+flags=(--headless=new --no-sandbox --disable-gpu --hide-scrollbars --no-first-run
+       --user-data-dir="${TEST_TMPDIR}/chromium-profile")
+
+dom="${TEST_TMPDIR}/dom.html"
+timeout 60 "$browser" "${flags[@]}" --dump-dom "file://${out}" > "$dom" 2>/dev/null
+for heading in "<h1>Warden report</h1>" "<h3>Suggestions</h3>" "<h3>Timeline</h3>" "<h3>Recompiles</h3>" \
+               "<h3>Cache entries</h3>" "function 'scaled' (id 0, pid 4242)" \
+               "arg0.size(0) changed 2 times (4, 5): mark_dynamic(0, 0)"; do
+  if ! grep -qF "$heading" "$dom"; then
+    echo "FAIL: the rendered DOM has no '$heading'"
+    exit 1
+  fi
+done
+
+png="${TEST_TMPDIR}/report.png"
+timeout 60 "$browser" "${flags[@]}" --window-size=1200,1600 --screenshot="$png" "file://${out}" >/dev/null 2>&1
+if [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" != "89504e470d0a1a0a" ]; then
+  echo "FAIL: $png is not a PNG"
+  exit 1
+fi
+size="$(stat -c %s "$png")"
+# A blank 1200x1600 page compresses to a few KB; the report's text, tables and timeline do not.
+if [ "$size" -lt 30000 ]; then
+  echo "FAIL: screenshot is only $size bytes: the page rendered (nearly) empty"
+  exit 1
+fi
+echo "PASS: rendered in $browser, DOM has the headings, screenshot $size bytes"

@@ -1,0 +1,81 @@
+// The `warden` developer CLI.
+//
+//   warden report DIR [--out=FILE] [--text]   HTML report of a WARDEN_TRACE_DIR (default
+//                                             DIR/report.html); --text prints it as plain text
+//   warden explain FILE                       a saved explain_json() document, readably
+//
+// Under `bazel run`, relative paths are taken from the directory bazel was run in.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "tools/report_lib.h"
+
+ABSL_FLAG(std::string, out, "", "report: where to write the HTML (default DIR/report.html)");
+ABSL_FLAG(bool, text, false, "report: print the plain-text report on stdout instead of writing HTML");
+
+namespace {
+
+constexpr const char* kUsage =
+    "warden report DIR [--out=FILE] [--text] | warden explain FILE\n"
+    "  report: the trace written with WARDEN_TRACE_DIR=DIR, as an HTML page or (--text) plain text\n"
+    "  explain: a saved CompiledFunction::explain_json() document, printed readably";
+
+std::string Resolve(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "warden: %s\n", message.c_str());
+  return 1;
+}
+
+int Report(const std::string& dir) {
+  auto trace = warden::report::LoadTrace(dir);
+  if (!trace.ok()) return Fail(std::string(trace.status().message()));
+  if (absl::GetFlag(FLAGS_text)) {
+    std::fputs(warden::report::TextReport(*trace).c_str(), stdout);
+    return 0;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out).empty() ? absl::StrCat(dir, "/report.html")
+                                                            : Resolve(absl::GetFlag(FLAGS_out));
+  const std::string dot = warden::report::FindDot();
+  std::ofstream file(out);
+  file << warden::report::HtmlReport(*trace, dot);
+  file.close();
+  if (!file) return Fail(absl::StrCat("cannot write ", out));
+  std::printf("wrote %s (%zu functions, %lld events; graphs %s)\n", out.c_str(), trace->functions.size(),
+              static_cast<long long>(trace->num_events), dot.empty() ? "as text: Graphviz dot not found" : "as SVG");
+  return 0;
+}
+
+int Explain(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Fail(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto out = warden::report::ExplainText(text.str());
+  if (!out.ok()) return Fail(absl::StrCat(path, ": ", out.status().message()));
+  std::fputs(out->c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() == 3 && std::string(args[1]) == "report") return Report(Resolve(args[2]));
+  if (args.size() == 3 && std::string(args[1]) == "explain") return Explain(Resolve(args[2]));
+  std::fprintf(stderr, "usage: %s\n", kUsage);
+  return 2;
+}
