@@ -284,6 +284,12 @@ class CppBackend final : public Backend {
       if (!n.handle) return absl::InternalError(absl::StrCat("node %", n.index, " has no operator"));
     }
     codegen::PointwisePlan plan = codegen::PlanPointwise(*graph, context.symbolic_shape);
+    if (plan.regions.empty()) {
+      // Nothing to fuse: the replay artifact is the same computation with less bookkeeping (and a
+      // fast path for graphs that only return their arguments).
+      std::unique_ptr<Backend> replay = MakeBackend("aten");
+      if (replay != nullptr) return replay->Compile(std::move(graph), context);
+    }
     std::shared_ptr<const codegen::KernelLibrary> library;
     if (!plan.regions.empty()) {
       std::vector<std::string> kernels;
