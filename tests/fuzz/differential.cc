@@ -1,0 +1,309 @@
+// Differential and guard-soundness checks (differential.h).
+#include "tests/fuzz/differential.h"
+
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+namespace warden::fuzz {
+namespace {
+
+struct Outcome {
+  std::vector<at::Tensor> outputs;
+  bool threw = false;
+  bool c10_error = false;
+  std::string error;
+};
+
+template <typename F>
+Outcome Capture(F&& f) {
+  Outcome o;
+  try {
+    o.outputs = f();
+  } catch (const c10::Error& e) {
+    o.threw = true;
+    o.c10_error = true;
+    o.error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    o.threw = true;
+    o.error = e.what();
+  }
+  return o;
+}
+
+std::string Sizes(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes();
+  return os.str();
+}
+
+// Empty if `got` is what eager computed.
+std::string CompareTensor(const at::Tensor& got, const at::Tensor& want) {
+  if (got.defined() != want.defined()) return "defined() differs";
+  if (!want.defined()) return "";
+  std::ostringstream os;
+  if (got.scalar_type() != want.scalar_type()) {
+    os << "dtype " << got.scalar_type() << ", eager " << want.scalar_type();
+    return os.str();
+  }
+  if (got.sizes() != want.sizes()) return "sizes " + Sizes(got) + ", eager " + Sizes(want);
+  if (got.requires_grad() != want.requires_grad()) {
+    os << "requires_grad " << got.requires_grad() << ", eager " << want.requires_grad();
+    return os.str();
+  }
+  const at::Tensor g = got.detach(), w = want.detach();
+  bool same;
+  if (at::isFloatingType(w.scalar_type())) {
+    const bool single = w.scalar_type() == at::kFloat;
+    same = at::allclose(g, w, single ? 1e-4 : 1e-9, single ? 1e-5 : 1e-12, /*equal_nan=*/true);
+  } else {
+    same = at::equal(g, w);
+  }
+  if (same) return "";
+  os << "values differ:\n    warden " << g.reshape(-1).slice(0, 0, 12) << "\n    eager  "
+     << w.reshape(-1).slice(0, 0, 12);
+  return os.str();
+}
+
+// Empty if Warden's call matched eager's: outputs, mutated arguments, errors.
+std::string CompareCall(const Outcome& got, const Outcome& want, const std::vector<c10::IValue>& got_args,
+                        const std::vector<c10::IValue>& want_args) {
+  if (want.threw) {
+    if (!got.threw) return "eager raised \"" + want.error + "\" but Warden returned";
+    if (want.c10_error && !got.c10_error) return "eager raised c10::Error \"" + want.error + "\", Warden raised \"" + got.error + "\"";
+    if (want.c10_error && got.error != want.error) {
+      return "eager raised \"" + want.error + "\", Warden raised another c10::Error \"" + got.error + "\"";
+    }
+    return "";
+  }
+  if (got.threw) return "Warden raised \"" + got.error + "\" but eager returned";
+  if (got.outputs.size() != want.outputs.size()) return "number of outputs differs";
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    const std::string d = CompareTensor(got.outputs[i], want.outputs[i]);
+    if (!d.empty()) return "output " + std::to_string(i) + ": " + d;
+  }
+  for (size_t i = 0; i < want_args.size(); ++i) {
+    if (!want_args[i].isTensor()) continue;
+    const std::string d = CompareTensor(got_args[i].toTensor(), want_args[i].toTensor());
+    if (!d.empty()) return "argument " + std::to_string(i) + " after the call: " + d;
+  }
+  return "";
+}
+
+std::string DescribeSpecs(const std::vector<ArgSpec>& specs) {
+  std::string s;
+  for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + SpecToString(specs[i]);
+  return s;
+}
+
+at::ScalarType OtherDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return at::kDouble;
+    case at::kDouble: return at::kFloat;
+    case at::kLong: return at::kInt;
+    case at::kInt: return at::kLong;
+    default: return at::kLong;
+  }
+}
+
+// The inputs that break exactly the property one guard checks, or false if the guard is not one
+// of the kinds probed. `what` names the change.
+bool BreakGuard(const std::string& guard, std::vector<ArgSpec> specs, std::vector<ArgSpec>* out, std::string* what) {
+  static const std::regex kDtype(R"(^arg(\d+)\.dtype == \w+$)");
+  static const std::regex kGrad(R"(^arg(\d+)\.requires_grad == (true|false)$)");
+  static const std::regex kDim(R"(^arg(\d+)\.dim\(\) == (\d+)$)");
+  static const std::regex kSize(R"(^arg(\d+)\.size\((\d+)\) == (\d+)$)");
+  static const std::regex kScalar(R"(^arg(\d+) == \S+$)");
+  const std::string text = guard.substr(0, guard.find("  #"));
+  std::smatch m;
+  auto arg = [&](size_t k) -> ArgSpec* {
+    const size_t i = std::stoul(m[k]);
+    return i < specs.size() ? &specs[i] : nullptr;
+  };
+  if (std::regex_match(text, m, kDtype)) {
+    ArgSpec* s = arg(1);
+    if (s == nullptr || s->kind != ArgKind::kTensor) return false;
+    s->dtype = OtherDtype(s->dtype);
+    s->requires_grad = s->requires_grad && at::isFloatingType(s->dtype);
+  } else if (std::regex_match(text, m, kGrad)) {
+    ArgSpec* s = arg(1);
+    if (s == nullptr || !at::isFloatingType(s->dtype) || s->layout != Layout::kContiguous) return false;
+    s->requires_grad = !s->requires_grad;
+  } else if (std::regex_match(text, m, kDim)) {
+    ArgSpec* s = arg(1);
+    if (s == nullptr) return false;
+    s->sizes.push_back(2);
+  } else if (std::regex_match(text, m, kSize)) {
+    ArgSpec* s = arg(1);
+    const size_t d = std::stoul(m[2]);
+    if (s == nullptr || d >= s->sizes.size()) return false;
+    const int64_t n = std::stoll(m[3]);
+    s->sizes[d] = n <= 1 ? 2 : (n == 2 ? 3 : n - 1);
+  } else if (std::regex_match(text, m, kScalar)) {
+    ArgSpec* s = arg(1);
+    if (s == nullptr || s->kind == ArgKind::kTensor) return false;
+    s->scalar += s->kind == ArgKind::kInt ? 1 : 0.5;
+  } else {
+    return false;
+  }
+  *what = "broke guard `" + text + "`";
+  *out = std::move(specs);
+  return true;
+}
+
+}  // namespace
+
+std::string ConfigName(const Config& c) {
+  const char* mode = c.dynamic == Dynamic::kStatic ? "static" : c.dynamic == Dynamic::kAuto ? "auto" : "dynamic";
+  return c.backend + "/" + mode;
+}
+
+std::vector<Config> AllConfigs() {
+  std::vector<Config> all;
+  for (const char* backend : {"aten", "cpp"}) {
+    for (Dynamic d : {Dynamic::kStatic, Dynamic::kAuto, Dynamic::kDynamic}) all.push_back({backend, d});
+  }
+  return all;
+}
+
+std::vector<std::string> CheckProgram(const Program& program, const std::vector<Config>& configs,
+                                      CheckCounts* counts) {
+  std::vector<std::string> failures;
+  std::mt19937_64 rng(program.seed ^ 0xa0761d6478bd642fULL);
+  const std::vector<ArgSpec>& base = program.args;
+
+  // The call sequence, the same for every configuration: (specs, value seed, what changed).
+  struct Call {
+    std::vector<ArgSpec> specs;
+    uint64_t value_seed;
+    std::string what;
+  };
+  std::vector<Call> calls = {{base, 1, "first call"}, {base, 2, "new values"}};
+  std::vector<int> tensor_args;
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i].kind == ArgKind::kTensor) tensor_args.push_back(static_cast<int>(i));
+  }
+  auto pick_tensor = [&] { return tensor_args[rng() % tensor_args.size()]; };
+  {
+    std::vector<ArgSpec> s = base;
+    ArgSpec& t = s[pick_tensor()];
+    if (!t.sizes.empty()) {
+      static const int64_t kSizes[] = {0, 1, 2, 3, 5, 6};
+      t.sizes[rng() % t.sizes.size()] = kSizes[rng() % 6];
+      calls.push_back({s, 3, "one size changed"});
+    }
+  }
+  calls.push_back({base, 4, "first shapes again"});
+  {
+    std::vector<ArgSpec> s = base;
+    ArgSpec& t = s[pick_tensor()];
+    const Layout before = t.layout;
+    if (t.layout != Layout::kContiguous) {
+      t.layout = Layout::kContiguous;
+    } else if (t.sizes.size() >= 2 && !t.requires_grad) {
+      t.layout = Layout::kTransposed;
+    } else if (!t.sizes.empty() && !t.requires_grad) {
+      t.layout = Layout::kStrided;
+    }
+    if (t.layout != before) calls.push_back({s, 5, "another layout"});
+  }
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i].kind == ArgKind::kTensor) continue;
+    std::vector<ArgSpec> s = base;
+    s[i].scalar += 1;
+    calls.push_back({s, 6, "scalar value changed"});
+  }
+
+  auto check = [&](CompiledFunction& f, const Config& config, const std::vector<ArgSpec>& specs,
+                   uint64_t value_seed, const std::string& what, int index) -> bool {
+    std::vector<c10::IValue> want_args = MakeArgs(specs, value_seed);
+    std::vector<c10::IValue> got_args = MakeArgs(specs, value_seed);
+    const Outcome want = Capture([&] { return program.Run(want_args); });
+    const Outcome got = Capture([&] { return f(got_args); });
+    ++counts->calls;
+    counts->eager_errors += want.threw;
+    const std::string diff = CompareCall(got, want, got_args, want_args);
+    if (diff.empty()) return true;
+    std::ostringstream os;
+    os << "[" << ConfigName(config) << "] call " << index << " (" << what << "; args " << DescribeSpecs(specs)
+       << "; value seed " << value_seed << "): " << diff << "\n"
+       << f.explain();
+    failures.push_back(os.str());
+    return false;
+  };
+
+  for (const Config& config : configs) {
+    Options options;
+    options.name = "fuzz" + std::to_string(program.seed);
+    options.backend = config.backend;
+    options.dynamic = config.dynamic;
+    CompiledFunction f = compile([program](const std::vector<c10::IValue>& a) { return program.Run(a); }, options);
+    bool ok = true;
+    for (size_t i = 0; i < calls.size() && ok; ++i) {
+      ok = check(f, config, calls[i].specs, calls[i].value_seed, calls[i].what, static_cast<int>(i));
+    }
+    if (!ok) continue;
+    const Stats s = f.stats();
+    if (s.calls != static_cast<int64_t>(calls.size()) || s.cache_hits + s.compiles + s.eager_calls > s.calls) {
+      std::ostringstream os;
+      os << "[" << ConfigName(config) << "] stats do not add up: calls " << s.calls << " (made " << calls.size()
+         << "), hits " << s.cache_hits << ", compiles " << s.compiles << ", eager " << s.eager_calls;
+      failures.push_back(os.str());
+      continue;
+    }
+
+    // Guard probes: one entry, one broken guard, a miss.
+    for (int probe = 0; probe < 2 && ok; ++probe) {
+      f.reset();
+      const Stats s0 = f.stats();
+      if (!check(f, config, base, 7, "probe base", -1)) break;
+      const Stats s1 = f.stats();
+      if (s1.compiles != s0.compiles + 1) break;  // ran eagerly or raised: nothing to probe
+      std::vector<std::string> guards = f.guards(0);
+      std::vector<std::pair<std::vector<ArgSpec>, std::string>> breaks;
+      for (const std::string& g : guards) {
+        std::vector<ArgSpec> specs;
+        std::string what;
+        if (BreakGuard(g, base, &specs, &what)) breaks.emplace_back(std::move(specs), std::move(what));
+      }
+      if (breaks.empty()) break;
+      const auto& [specs, what] = breaks[rng() % breaks.size()];
+      ++counts->probes;
+      ok = check(f, config, specs, 7, what, -1);
+      const Stats s2 = f.stats();
+      if (ok && s2.cache_hits != s1.cache_hits) {
+        std::ostringstream os;
+        os << "[" << ConfigName(config) << "] guard probe: " << what << " (args " << DescribeSpecs(specs)
+           << ") hit the only entry\n"
+           << f.explain();
+        failures.push_back(os.str());
+        ok = false;
+      }
+    }
+  }
+  return failures;
+}
+
+FuzzSummary RunFuzz(const FuzzBudget& budget) {
+  FuzzSummary summary;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  for (int64_t i = 0; i < budget.programs; ++i) {
+    if (budget.seconds > 0 && elapsed() >= budget.seconds) break;
+    const Program p = Generate(budget.seed + static_cast<uint64_t>(i));
+    if (budget.verbose) std::cerr << p.ToString();
+    for (const std::string& f : CheckProgram(p, budget.configs, &summary.counts)) {
+      summary.failures.push_back(p.ToString() + f);
+      if (budget.verbose) std::cerr << "FAILURE " << summary.failures.back() << "\n";
+    }
+    ++summary.programs;
+  }
+  summary.seconds = elapsed();
+  return summary;
+}
+
+}  // namespace warden::fuzz

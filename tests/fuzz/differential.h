@@ -1,0 +1,61 @@
+// Differential and guard-soundness checks of Warden against eager LibTorch, over programs from
+// tests/fuzz/program.h, through the public API only (runtime/warden.h).
+//
+// For each program and each configuration (backend x Dynamic mode) a fresh CompiledFunction is
+// called on a sequence of inputs (new values, a changed size, another layout, a changed scalar);
+// every call must give what eager gives on an identical copy of the inputs: the same outputs
+// (dtype, sizes, requires_grad, values: exact for integers and bools, allclose for floating
+// types), the same argument mutations, and an exception whenever eager raises one (the same
+// c10::Error text when eager raised a c10::Error). Then the guard probes: after a reset and one
+// call, one guard of the new entry (a dtype, requires_grad, a rank, a static size, a scalar value)
+// is broken by changing exactly that property; that call must miss and still equal eager.
+#ifndef WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
+#define WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/warden.h"
+#include "tests/fuzz/program.h"
+
+namespace warden::fuzz {
+
+struct Config {
+  std::string backend;
+  Dynamic dynamic;
+};
+std::string ConfigName(const Config& c);
+std::vector<Config> AllConfigs();  // {aten, cpp} x {static, auto, dynamic}
+
+struct CheckCounts {
+  int64_t calls = 0;         // Warden calls checked against eager
+  int64_t eager_errors = 0;  // of which eager raised (and Warden had to raise too)
+  int64_t probes = 0;        // guard probes (each a call that must miss)
+};
+
+// Every difference found for `program`, each a self-contained text naming the configuration and
+// call (empty: none). Adds to `counts`.
+std::vector<std::string> CheckProgram(const Program& program, const std::vector<Config>& configs,
+                                      CheckCounts* counts);
+
+struct FuzzBudget {
+  uint64_t seed = 1;       // program i has seed `seed + i`
+  int64_t programs = 100;  // stop after this many programs...
+  double seconds = 0;      // ...or after this long (0: no time limit)
+  std::vector<Config> configs = AllConfigs();
+  bool verbose = false;    // print every program
+};
+
+struct FuzzSummary {
+  int64_t programs = 0;
+  double seconds = 0;
+  CheckCounts counts;
+  std::vector<std::string> failures;  // each starts with the program's text (seed included)
+};
+
+FuzzSummary RunFuzz(const FuzzBudget& budget);
+
+}  // namespace warden::fuzz
+
+#endif  // WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
