@@ -15,8 +15,8 @@
 
 #include <atomic>
 #include <map>
-#include <tuple>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include <ATen/core/stack.h>
@@ -363,6 +363,40 @@ bool WritesArgumentOrConstant(const Graph& g, const Node& node) {
   return false;
 }
 
+// Note [View or copy]: reshape, flatten, reshape_as and contiguous return a view when the input's
+// strides allow it and a copy otherwise. Replay makes the same choice as eager, but what an
+// in-place op on the result writes (an argument, or a fresh intermediate) decides whether a later
+// value guard can abort the artifact soundly and whether argument aliasing is guarded. So a write
+// to a value reached through such an op reads the strides of the op's input.
+void ReadStridesBehindWrite(TraceState& st, const Node& node) {
+  static const auto* kViewOrCopy = new std::set<std::string>{
+      "aten::reshape", "aten::flatten.using_ints", "aten::reshape_as", "aten::contiguous"};
+  const Graph& g = *st.graph;
+  const auto& schema = node.handle->schema();
+  for (size_t i = 0; i < node.args.size() && i < schema.arguments().size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias == nullptr || !alias->isWrite() || node.args[i].kind != NodeArg::Kind::kValue) continue;
+    for (ValueId v = node.args[i].value; v != kNoValue; v = g.value(v).alias_of) {
+      const Value& value = g.value(v);
+      if (value.kind != ValueKind::kNode || value.node < 0) continue;
+      const Node& producer = g.nodes[value.node];
+      if (!kViewOrCopy->count(producer.op) || producer.args.empty() ||
+          producer.args[0].kind != NodeArg::Kind::kValue) {
+        continue;
+      }
+      const ValueId input = producer.args[0].value;
+      auto key = std::make_tuple(input, static_cast<int>(MetadataRead::What::kStrides), -1);
+      if (st.reads.count(key)) continue;
+      MetadataRead r;
+      r.value = input;
+      r.what = MetadataRead::What::kStrides;
+      r.by = absl::StrCat(producer.op, " at %", producer.index, " (view or copy, written by ", node.op,
+                          " at %", node.index, ")");
+      st.reads.emplace(key, std::move(r));
+    }
+  }
+}
+
 // ATen's errors for reading the data of a storage-less tensor (data_ptr(), accessor(), printing).
 bool IsRawDataAccess(const c10::Error& e) {
   const std::string msg = e.what_without_backtrace();
@@ -508,6 +542,7 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         " follows a mutation or random op, so a value-guard failure could not be undone");
   }
   if (info != nullptr && node.kind == NodeKind::kRule) CheckRule(*st, *info, node);
+  if (node.mutates) ReadStridesBehindWrite(*st, node);  // Note [View or copy]
   if (node.mutates && WritesArgumentOrConstant(g, node)) {
     st->side_effect_seen = true;
     st->observable_write = true;
