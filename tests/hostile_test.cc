@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -255,6 +257,29 @@ TEST_P(Hostile, ExceptionDuringTracingLeavesNoEntry) {
   EXPECT_THROW(f({x, int64_t{1}}), Custom);  // a miss again: traced, thrown, nothing added
   EXPECT_EQ(f.stats().compiles, 1);
   EXPECT_EQ(f.guards(0).empty(), false);
+}
+
+// Many threads, one function, shapes that hit and shapes that miss: one compile per signature,
+// stats that add up, eager's results (the acceptance suite does the same for "aten").
+TEST_P(Hostile, ConcurrentCallersWithHitsAndMisses) {
+  auto f = warden::compile(AddMul, Opts(GetParam(), warden::Dynamic::kStatic));
+  const at::Tensor y = torch::randn({8});
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const at::Tensor x = torch::randn({1 + (i * 7 + t) % 4, 8});
+        if (!torch::allclose(f({x, y})[0], AddMul({x, y})[0])) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  const warden::Stats s = f.stats();
+  EXPECT_EQ(s.calls, 160);
+  EXPECT_EQ(s.compiles, 4) << "one compile per signature, never duplicated";
+  EXPECT_EQ(s.cache_hits + s.compiles + s.eager_calls, s.calls);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Hostile, ::testing::Values("aten", "cpp"),
