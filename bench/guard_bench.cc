@@ -286,9 +286,39 @@ void PrintGuards() {
   }
 }
 
+// Instruction counts: WARDEN_CALLGRIND_HITS=N runs only N hits of the warmed 4-argument passthrough
+// (with WARDEN_CALLGRIND_ENTRIES=E entries, default 1, as BM_PassthroughEntries/E) in this function,
+// for
+//   valgrind --tool=callgrind --toggle-collect='*CallgrindHits*' bazel-bin/bench/guard_bench
+// (instructions per hit = the collected total / N).
+__attribute__((noinline)) int64_t CallgrindHits(Setup& s, int64_t n) {
+  int64_t outputs = 0;
+  for (int64_t i = 0; i < n; ++i) outputs += static_cast<int64_t>(s.f(s.args).size());
+  return outputs;
+}
+
+int RunCallgrindHits(int64_t n, int entries) {
+  c10::InferenceMode inference;
+  Setup s = MakeSetup(4, warden::Dynamic::kStatic, entries, "callgrind", 64);
+  if (!s.error.empty()) {
+    std::printf("ERROR: %s\n", s.error.c_str());
+    return 1;
+  }
+  const warden::Stats before = s.f.stats();
+  CallgrindHits(s, n);
+  const warden::Stats after = s.f.stats();
+  std::printf("callgrind hits: %lld calls, %lld hits\n", static_cast<long long>(after.calls - before.calls),
+              static_cast<long long>(after.cache_hits - before.cache_hits));
+  return after.cache_hits - before.cache_hits == n ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* hits = std::getenv("WARDEN_CALLGRIND_HITS")) {
+    const char* entries = std::getenv("WARDEN_CALLGRIND_ENTRIES");
+    return RunCallgrindHits(std::atoll(hits), entries != nullptr ? std::atoi(entries) : 1);
+  }
   benchmark::Initialize(&argc, argv);
   const int rounds = warden::bench::TakeSummaryRounds(&argc, argv, 41);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

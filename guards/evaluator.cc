@@ -1,10 +1,10 @@
 #include "guards/evaluator.h"
 
 #include <algorithm>
-#include <array>
-#include <map>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/AutogradState.h>
@@ -36,22 +36,6 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
   // Every instruction after kArgCount may index args; kArgType of an argument precedes its tensor
   // and scalar checks, so the unchecked accessors below see the type they expect.
   for (const Instr& in : code_) {
-    if (in.op == kFusedAutogradState) {
-      const c10::AutogradState& state = c10::AutogradState::get_tls_state();
-      const int64_t now = (static_cast<int64_t>(state.get_grad_mode()) << 1) |
-                          static_cast<int64_t>(state.get_inference_mode());
-      if (now != in.expected) return false;
-      continue;
-    }
-    if (in.op == kFusedTensorMeta) {
-      // expected: device code; aux: layout << 1 | requires_grad.
-      const c10::TensorImpl* t = args[in.arg].unsafeToTensorImpl();
-      const c10::Device d = t->device();
-      const int64_t code = (static_cast<int64_t>(d.type()) << 16) | (static_cast<int64_t>(d.index()) & 0xffff);
-      const int32_t meta = (static_cast<int32_t>(t->layout()) << 1) | static_cast<int32_t>(t->requires_grad());
-      if (code != in.expected || meta != in.aux) return false;
-      continue;
-    }
     switch (static_cast<GuardKind>(in.op)) {
       case GuardKind::kGradMode:
         if (c10::GradMode::is_enabled() != static_cast<bool>(in.expected)) return false;
@@ -157,55 +141,6 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
   return true;
 }
 
-GuardProgram GuardProgram::AfterSignatureMatch(const std::vector<Guard>& guards) {
-  std::vector<Guard> rest;
-  // Per tensor argument: device, layout, requires_grad, merged when all three are present.
-  std::map<int, std::array<const Guard*, 3>> meta;
-  const Guard* grad = nullptr;
-  const Guard* inference = nullptr;
-  for (const Guard& g : guards) {
-    if (g.kind == GuardKind::kGradMode) grad = &g;
-    if (g.kind == GuardKind::kInferenceMode) inference = &g;
-  }
-  const bool fuse_autograd = grad != nullptr && inference != nullptr;
-  for (const Guard& g : guards) {
-    if (IsKeyed(g.kind)) continue;
-    if (fuse_autograd && (&g == grad || &g == inference)) continue;
-    if (g.kind == GuardKind::kDevice || g.kind == GuardKind::kLayout ||
-        g.kind == GuardKind::kRequiresGrad) {
-      auto& slot = meta[g.arg];
-      slot[g.kind == GuardKind::kDevice ? 0 : g.kind == GuardKind::kLayout ? 1 : 2] = &g;
-      continue;
-    }
-    rest.push_back(g);
-  }
-  GuardProgram p(rest);
-  std::vector<Instr> fused;
-  for (const auto& [arg, parts] : meta) {
-    if (parts[0] && parts[1] && parts[2]) {
-      fused.push_back({kFusedTensorMeta, arg,
-                       static_cast<int32_t>((parts[1]->expected << 1) | (parts[2]->expected ? 1 : 0)),
-                       parts[0]->expected});
-      continue;
-    }
-    for (const Guard* g : parts) {
-      if (g == nullptr) continue;
-      fused.push_back({static_cast<uint8_t>(g->kind), g->arg, g->dim, g->expected});
-    }
-  }
-  // Globals first (they are cheapest and fail for whole call sites), then the fused metadata,
-  // then everything else in kind order.
-  auto globals_end = std::find_if(p.code_.begin(), p.code_.end(), [](const Instr& in) {
-    return in.op > static_cast<uint8_t>(GuardKind::kDefaultDtype);
-  });
-  p.code_.insert(globals_end, fused.begin(), fused.end());
-  if (fuse_autograd) {
-    p.code_.insert(p.code_.begin(), Instr{kFusedAutogradState, -1, 0,
-                                          (grad->expected ? 2 : 0) | (inference->expected ? 1 : 0)});
-  }
-  return p;
-}
-
 std::string GuardProgram::FirstFailure(const std::vector<c10::IValue>& args,
                                        const std::vector<std::string>& names) const {
   for (const Guard& g : guards_) {
@@ -213,6 +148,171 @@ std::string GuardProgram::FirstFailure(const std::vector<c10::IValue>& args,
     if (!reason.empty()) return reason;
   }
   return "";
+}
+
+// --- HitCheck -------------------------------------------------------------------------------------
+
+namespace {
+
+// A device as two bytes (type, index), as the record compares it.
+inline uint16_t DeviceBits(c10::Device d) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(d.type()) |
+                               (static_cast<uint16_t>(static_cast<uint8_t>(d.index())) << 8));
+}
+
+// The guards of one argument that a tensor record can hold.
+bool IsRecordKind(GuardKind k) {
+  switch (k) {
+    case GuardKind::kArgType:
+    case GuardKind::kDtype:
+    case GuardKind::kDevice:
+    case GuardKind::kLayout:
+    case GuardKind::kRequiresGrad:
+    case GuardKind::kRank:
+    case GuardKind::kSize:
+    case GuardKind::kSizeAtLeast:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The guards of one tensor argument that its record would hold.
+struct RecordParts {
+  const Guard* type = nullptr;
+  const Guard* dtype = nullptr;
+  const Guard* device = nullptr;
+  const Guard* layout = nullptr;
+  const Guard* requires_grad = nullptr;
+  const Guard* rank = nullptr;
+  std::vector<const Guard*> sizes;
+  int count = 0;  // record-kind guards of the argument
+};
+
+constexpr int64_t kMaxRecordRank = 64;
+
+// The size range per dim, or false if the guards cannot be one record (no rank guard, a dim out of
+// range, contradictory bounds): the argument's guards then stay in the program.
+bool DimRanges(const RecordParts& p, std::vector<std::pair<int64_t, int64_t>>* ranges) {
+  if (p.rank == nullptr) return p.sizes.empty();
+  if (p.rank->expected < 0 || p.rank->expected > kMaxRecordRank) return false;
+  ranges->assign(static_cast<size_t>(p.rank->expected), {0, INT64_MAX});
+  for (const Guard* g : p.sizes) {
+    if (g->dim < 0 || g->dim >= p.rank->expected || g->expected < 0) return false;
+    auto& [lo, hi] = (*ranges)[g->dim];
+    lo = std::max(lo, g->expected);
+    if (g->kind == GuardKind::kSize) hi = std::min(hi, g->expected);
+    if (lo > hi) return false;
+  }
+  return true;
+}
+
+bool Recordable(const RecordParts& p) {
+  // Exactly one guard of each metadata kind (a second, contradictory one would be lost).
+  const int singles = 5 + (p.rank != nullptr ? 1 : 0);
+  if (p.type == nullptr || p.type->expected != static_cast<int64_t>(ArgType::kTensor) || p.dtype == nullptr ||
+      p.device == nullptr || p.layout == nullptr || p.requires_grad == nullptr ||
+      p.count != singles + static_cast<int>(p.sizes.size())) {
+    return false;
+  }
+  const int64_t device_type = p.device->expected >> 16;
+  const int64_t device_index = static_cast<int16_t>(p.device->expected & 0xffff);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  return p.dtype->expected >= 0 && p.dtype->expected < static_cast<int64_t>(c10::ScalarType::Undefined) &&
+         p.layout->expected >= INT8_MIN && p.layout->expected <= INT8_MAX && device_type >= INT8_MIN &&
+         device_type <= INT8_MAX && device_index >= INT8_MIN && device_index <= INT8_MAX &&
+         (p.device->expected & 0xffff) == (static_cast<int64_t>(device_index) & 0xffff) &&
+         DimRanges(p, &ranges);
+}
+
+}  // namespace
+
+HitCheck::HitCheck(const std::vector<Guard>& guards) {
+  // An argument gets a record when it is guarded to be a tensor with its dtype, device, layout and
+  // requires_grad (the builder always guards these together); its record-kind guards then all live
+  // in the record. Everything else goes to rest_.
+  std::map<int, RecordParts> parts;
+  const Guard* grad = nullptr;
+  const Guard* inference = nullptr;
+  for (const Guard& g : guards) {
+    if (g.kind == GuardKind::kGradMode) grad = &g;
+    if (g.kind == GuardKind::kInferenceMode) inference = &g;
+    if (g.arg < 0 || !IsRecordKind(g.kind)) continue;
+    RecordParts& p = parts[g.arg];
+    ++p.count;
+    switch (g.kind) {
+      case GuardKind::kArgType: p.type = &g; break;
+      case GuardKind::kDtype: p.dtype = &g; break;
+      case GuardKind::kDevice: p.device = &g; break;
+      case GuardKind::kLayout: p.layout = &g; break;
+      case GuardKind::kRequiresGrad: p.requires_grad = &g; break;
+      case GuardKind::kRank: p.rank = &g; break;
+      default: p.sizes.push_back(&g); break;
+    }
+  }
+  for (const auto& [arg, p] : parts) {
+    if (!Recordable(p)) continue;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    DimRanges(p, &ranges);
+    TensorRecord r;
+    r.arg = arg;
+    r.first_bound = static_cast<uint32_t>(bounds_.size());
+    r.rank = p.rank != nullptr ? static_cast<int32_t>(p.rank->expected) : -1;
+    r.dtype = caffe2::TypeMeta::fromScalarType(static_cast<c10::ScalarType>(p.dtype->expected));
+    r.device = DeviceBits(c10::Device(static_cast<c10::DeviceType>(p.device->expected >> 16),
+                                      static_cast<c10::DeviceIndex>(p.device->expected & 0xffff)));
+    r.layout = static_cast<int8_t>(p.layout->expected);
+    r.requires_grad = p.requires_grad->expected != 0;
+    for (const auto& [lo, hi] : ranges) {
+      bounds_.push_back({static_cast<uint64_t>(lo), static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)});
+    }
+    tensors_.push_back(r);
+    min_args_ = std::max(min_args_, static_cast<size_t>(arg) + 1);
+  }
+  const bool fuse_autograd = grad != nullptr && inference != nullptr;
+  if (fuse_autograd) autograd_ = (grad->expected ? 2 : 0) | (inference->expected ? 1 : 0);
+  std::vector<Guard> rest;
+  for (const Guard& g : guards) {
+    if (fuse_autograd && (&g == grad || &g == inference)) continue;
+    if (g.kind == GuardKind::kArgCount && arg_count_ < 0) {
+      arg_count_ = g.expected;
+      continue;
+    }
+    if (g.arg >= 0 && IsRecordKind(g.kind) && Recordable(parts.at(g.arg))) continue;
+    rest.push_back(g);
+  }
+  rest_ = GuardProgram(std::move(rest));
+}
+
+bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
+  if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
+  if (num_args < min_args_) return false;
+  if (autograd_ >= 0) {
+    const c10::AutogradState& state = c10::AutogradState::get_tls_state();
+    const int32_t now = (static_cast<int32_t>(state.get_grad_mode()) << 1) |
+                        static_cast<int32_t>(state.get_inference_mode());
+    if (now != autograd_) return false;
+  }
+  for (const TensorRecord& r : tensors_) {
+    const c10::IValue& v = args[r.arg];
+    if (!v.isTensor()) return false;
+    const c10::TensorImpl* t = v.unsafeToTensorImpl();
+    // The undefined tensor's dtype is Undefined, which no record expects.
+    if (t->dtype() != r.dtype) return false;
+    if (r.rank >= 0) {
+      const c10::IntArrayRef sizes = t->sizes();
+      if (sizes.size() != static_cast<size_t>(r.rank)) return false;
+      const DimBound* b = bounds_.data() + r.first_bound;
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        if (static_cast<uint64_t>(sizes[d]) - b[d].lo > b[d].span) return false;
+      }
+    }
+    if (DeviceBits(t->device()) != r.device || static_cast<int8_t>(t->layout()) != r.layout ||
+        t->requires_grad() != r.requires_grad) {
+      return false;
+    }
+  }
+  return rest_.size() == 0 || rest_.Check(args, num_args);
 }
 
 }  // namespace warden::guards

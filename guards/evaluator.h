@@ -20,12 +20,6 @@ class GuardProgram {
   // them into instructions.
   explicit GuardProgram(std::vector<Guard> guards);
 
-  // The program that still has to run after the call matched the entry's signature exactly
-  // (guards/signature.h): the keyed guards (count, types, dtypes, ranks, static sizes, scalar
-  // values) are dropped, and each tensor's device, layout and requires_grad checks are fused into
-  // one instruction that reads the TensorImpl once. Only valid after an exact signature match.
-  static GuardProgram AfterSignatureMatch(const std::vector<Guard>& guards);
-
   // Hot path. Budget: about 1 ns per instruction; must not allocate, lock, throw or make a
   // virtual call for ordinary (non-subclassed) tensors.
   bool Check(const c10::IValue* args, size_t num_args) const noexcept;
@@ -41,12 +35,8 @@ class GuardProgram {
   size_t size() const { return code_.size(); }
 
  private:
-  // Internal opcode: a GuardKind, kFusedTensorMeta, or kFusedAutogradState (grad mode and
-  // inference mode from one read of c10::AutogradState; expected = grad << 1 | inference).
-  static constexpr uint8_t kFusedTensorMeta = 0xF0;
-  static constexpr uint8_t kFusedAutogradState = 0xF1;
   struct Instr {
-    uint8_t op;
+    uint8_t op;  // a GuardKind
     int32_t arg;
     int32_t aux;       // dim for kSize/kStride, other argument for kAliasing
     int64_t expected;  // kDoubleValue: the bit pattern of the double
@@ -62,6 +52,49 @@ class GuardProgram {
   std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
   std::vector<Instr> code_;
   std::vector<Relation> relations_;
+};
+
+// The hit path's check of one cache entry: every guard of the entry, the common ones compiled to
+// one record per tensor argument (type, dtype, device, layout, requires_grad, rank and size
+// bounds, read from the TensorImpl once, no hashing), grad mode and inference mode from one read of
+// c10::AutogradState, and the rest (strides, relations, scalar values, aliasing, default dtype,
+// non-tensor types) in a GuardProgram run after the records. Check() accepts exactly what
+// GuardProgram(guards).Check() accepts.
+class HitCheck {
+ public:
+  HitCheck() = default;
+  explicit HitCheck(const std::vector<Guard>& guards);
+
+  // Hot path: no allocation, lock or throw; the only calls are requires_grad() per tensor and
+  // the autograd TLS read.
+  bool Check(const c10::IValue* args, size_t num_args) const noexcept;
+  bool Check(const std::vector<c10::IValue>& args) const noexcept { return Check(args.data(), args.size()); }
+
+  size_t num_tensor_records() const { return tensors_.size(); }
+  const GuardProgram& rest() const { return rest_; }
+
+ private:
+  // The sizes a dim may have: size - lo, as unsigned, is <= span ([lo, lo + span]). A record has
+  // one per dim of its guarded rank ([0, INT64_MAX] where no size is guarded).
+  struct DimBound {
+    uint64_t lo;
+    uint64_t span;
+  };
+  struct TensorRecord {
+    int32_t arg;
+    uint32_t first_bound;     // into bounds_; `rank` of them when rank >= 0
+    int32_t rank;             // -1: not guarded (then no size is)
+    caffe2::TypeMeta dtype;   // never Undefined, so an undefined tensor fails here
+    uint16_t device;          // DeviceBits of the kDevice guard
+    int8_t layout;
+    bool requires_grad;
+  };
+  int64_t arg_count_ = -1;   // -1: not guarded
+  int32_t autograd_ = -1;    // grad << 1 | inference; -1: not both guarded (then in rest_)
+  size_t min_args_ = 0;      // records index args below this
+  std::vector<TensorRecord> tensors_;
+  std::vector<DimBound> bounds_;
+  GuardProgram rest_;        // runs after the records, which have checked their arguments' types
 };
 
 }  // namespace warden::guards

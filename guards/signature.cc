@@ -72,55 +72,54 @@ Signature SignatureOf(const std::vector<Guard>& guards) {
   return s;
 }
 
+namespace {
+
+// ProbeValue, inlined where it is hot. Tensor kinds read only the tensor (no type code).
+inline int64_t ReadProbe(const Probe& p, const c10::IValue* args, size_t num_args) noexcept {
+  if (p.kind == GuardKind::kArgCount) return static_cast<int64_t>(num_args);
+  const int64_t absent = p.kind == GuardKind::kRank ? -1 : kMissing;  // as HashCall reads it
+  if (p.arg < 0 || static_cast<size_t>(p.arg) >= num_args) return absent;
+  const c10::IValue& a = args[p.arg];
+  switch (p.kind) {
+    case GuardKind::kArgType: return TypeCode(a);
+    case GuardKind::kIntValue: return a.isInt() ? a.toInt() : kMissing;
+    case GuardKind::kBoolValue: return a.isBool() ? a.toBool() : kMissing;
+    case GuardKind::kDoubleValue: return a.isDouble() ? DoubleKey(a.toDouble()) : kMissing;
+    case GuardKind::kDtype:
+    case GuardKind::kRank:
+    case GuardKind::kSize: break;
+    default: return kMissing;
+  }
+  if (!a.isTensor()) return absent;
+  const c10::TensorImpl* t = a.unsafeToTensorImpl();
+  if (t == c10::UndefinedTensorImpl::singleton()) return absent;
+  if (p.kind == GuardKind::kDtype) return static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype()));
+  const c10::IntArrayRef sizes = t->sizes();
+  if (p.kind == GuardKind::kRank) return static_cast<int64_t>(sizes.size());
+  return p.dim >= 0 && static_cast<size_t>(p.dim) < sizes.size() ? sizes[p.dim] : kMissing;
+}
+
+// ReadProbe of a kSize probe (the usual differing probe: entries for several sizes of one dim).
+inline int64_t ReadSize(const Probe& p, const c10::IValue* args, size_t num_args) noexcept {
+  if (p.arg < 0 || static_cast<size_t>(p.arg) >= num_args || !args[p.arg].isTensor()) return kMissing;
+  const c10::TensorImpl* t = args[p.arg].unsafeToTensorImpl();
+  if (t == c10::UndefinedTensorImpl::singleton()) return kMissing;
+  const c10::IntArrayRef sizes = t->sizes();
+  return p.dim >= 0 && static_cast<size_t>(p.dim) < sizes.size() ? sizes[p.dim] : kMissing;
+}
+
+}  // namespace
+
+int64_t ProbeValue(const Probe& p, const c10::IValue* args, size_t num_args) noexcept {
+  return ReadProbe(p, args, num_args);
+}
+
 uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args,
                   int64_t* values) noexcept {
   uint64_t h = kSeed;
-  // The argument the previous probe read, and what was read of it.
-  int32_t current = INT32_MIN;
-  const c10::IValue* a = nullptr;
-  int64_t type = kMissing;
-  const c10::TensorImpl* t = nullptr;
-  int64_t rank = -1;
   for (size_t i = 0; i < mask.size(); ++i) {
-    const Probe& p = mask[i];
-    if (p.arg != current) {
-      current = p.arg;
-      a = p.arg >= 0 && static_cast<size_t>(p.arg) < num_args ? &args[p.arg] : nullptr;
-      type = a != nullptr ? TypeCode(*a) : kMissing;
-      t = type == static_cast<int64_t>(ArgType::kTensor) ? a->unsafeToTensorImpl() : nullptr;
-      rank = t != nullptr ? t->dim() : -1;
-    }
-    int64_t v = kMissing;
-    switch (p.kind) {
-      case GuardKind::kArgCount:
-        v = static_cast<int64_t>(num_args);
-        break;
-      case GuardKind::kArgType:
-        v = type;
-        break;
-      case GuardKind::kDtype:
-        if (t != nullptr) v = static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype()));
-        break;
-      case GuardKind::kRank:
-        v = rank;
-        break;
-      case GuardKind::kSize:
-        if (t != nullptr && p.dim < rank) v = t->sizes()[p.dim];
-        break;
-      case GuardKind::kIntValue:
-        if (a != nullptr && a->isInt()) v = a->toInt();
-        break;
-      case GuardKind::kBoolValue:
-        if (a != nullptr && a->isBool()) v = a->toBool();
-        break;
-      case GuardKind::kDoubleValue:
-        if (a != nullptr && a->isDouble()) v = DoubleKey(a->toDouble());
-        break;
-      default:
-        break;
-    }
-    values[i] = v;
-    h = Mix(h, v);
+    values[i] = ProbeValue(mask[i], args, num_args);
+    h = Mix(h, values[i]);
   }
   return Finish(h);
 }
@@ -151,14 +150,17 @@ ProbePlan PlanOf(const std::vector<Probe>& mask) {
   return plan;
 }
 
-uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_args,
-                  int64_t* values) noexcept {
-  // Writes values in the mask's order: per argument type, dtype, rank, sizes, then the scalar
-  // value (the GuardKind order SignatureOf sorts by).
+namespace {
+
+// HashCall over a plan; `sink(i, v)` receives value i (the compiler drops an empty sink).
+template <typename Sink>
+inline uint64_t HashPlan(const ProbePlan& plan, const c10::IValue* args, size_t num_args, Sink sink) noexcept {
+  // Values in the mask's order: per argument type, dtype, rank, sizes, then the scalar value (the
+  // GuardKind order SignatureOf sorts by).
   uint64_t h = kSeed;
-  int64_t* out = values;
+  size_t i = 0;
   auto emit = [&](int64_t v) {
-    *out++ = v;
+    sink(i++, v);
     h = Mix(h, v);
   };
   for (const ProbePlan::Arg& pa : plan.args) {
@@ -190,6 +192,75 @@ uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_arg
     if (pa.flags & ProbePlan::kBool) emit(a != nullptr && a->isBool() ? a->toBool() : kMissing);
   }
   return Finish(h);
+}
+
+}  // namespace
+
+uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_args,
+                  int64_t* values) noexcept {
+  return HashPlan(plan, args, num_args, [values](size_t i, int64_t v) { values[i] = v; });
+}
+
+SignatureIndex::SignatureIndex(const std::vector<const Signature*>& signatures) {
+  if (signatures.empty()) return;
+  // The probes on which some two signatures differ.
+  const Signature& first = *signatures.front();
+  std::vector<size_t> differing;
+  for (size_t p = 0; p < first.mask.size(); ++p) {
+    for (const Signature* s : signatures) {
+      if (s->values[p] != first.values[p]) {
+        differing.push_back(p);
+        break;
+      }
+    }
+  }
+  if (differing.empty()) {
+    // Every call that matches one matches all: no lookup, all are candidates.
+    for (uint32_t i = 0; i < signatures.size(); ++i) ids_.push_back(i);
+    return;
+  }
+  std::vector<Probe> mask;
+  for (size_t p : differing) mask.push_back(first.mask[p]);
+  // One differing probe (entries that differ in one size): its value is the key, read directly.
+  // Otherwise the key is the hash HashPlan computes over the differing probes.
+  single_ = differing.size() == 1;
+  if (single_) probe_ = mask.front();
+  plan_ = PlanOf(mask);
+  std::vector<uint64_t> keys;
+  for (const Signature* s : signatures) {
+    uint64_t h = kSeed;
+    for (size_t p : differing) h = Mix(h, s->values[p]);
+    keys.push_back(single_ ? static_cast<uint64_t>(s->values[differing.front()]) : Finish(h));
+  }
+  int bits = 1;
+  while ((size_t{1} << bits) < 2 * signatures.size()) ++bits;
+  slots_.assign(size_t{1} << bits, Slot{0, 0, 0});
+  slot_mask_ = slots_.size() - 1;
+  shift_ = 64 - bits;
+  std::vector<bool> placed(signatures.size(), false);
+  for (size_t i = 0; i < signatures.size(); ++i) {
+    if (placed[i]) continue;
+    const uint32_t begin = static_cast<uint32_t>(ids_.size());
+    for (size_t j = i; j < signatures.size(); ++j) {
+      if (keys[j] != keys[i]) continue;
+      placed[j] = true;
+      ids_.push_back(static_cast<uint32_t>(j));
+    }
+    size_t slot = SlotOf(keys[i]);
+    while (slots_[slot].begin != slots_[slot].end) slot = (slot + 1) & slot_mask_;
+    slots_[slot] = {keys[i], begin, static_cast<uint32_t>(ids_.size())};
+  }
+}
+
+SignatureIndex::Range SignatureIndex::Lookup(const c10::IValue* args, size_t num_args) const noexcept {
+  const uint64_t key = !single_ ? HashPlan(plan_, args, num_args, [](size_t, int64_t) {})
+                       : static_cast<uint64_t>(probe_.kind == GuardKind::kSize ? ReadSize(probe_, args, num_args)
+                                                                                : ReadProbe(probe_, args, num_args));
+  for (size_t slot = SlotOf(key);; slot = (slot + 1) & slot_mask_) {
+    const Slot& s = slots_[slot];
+    if (s.begin == s.end) return {nullptr, nullptr};
+    if (s.key == key) return {ids_.data() + s.begin, ids_.data() + s.end};
+  }
 }
 
 }  // namespace warden::guards

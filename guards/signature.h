@@ -30,8 +30,6 @@ struct Signature {
   uint64_t key = 0;              // hash of `values`, as HashCall computes it for a match
 };
 
-
-
 // The signature of a guard list.
 Signature SignatureOf(const std::vector<Guard>& guards);
 
@@ -51,6 +49,10 @@ struct ProbePlan {
 };
 ProbePlan PlanOf(const std::vector<Probe>& mask);
 
+// The value HashCall reads for one probe (kMissing-like sentinels for missing or mistyped
+// arguments, as HashCall).
+int64_t ProbeValue(const Probe& p, const c10::IValue* args, size_t num_args) noexcept;
+
 // HashCall with a plan: the same values in the same order, and the same hash.
 uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_args,
                   int64_t* values) noexcept;
@@ -61,6 +63,48 @@ uint64_t HashCall(const ProbePlan& plan, const c10::IValue* args, size_t num_arg
 // Writes the probed value of each mask entry to values[0..mask.size()) and returns their hash.
 uint64_t HashCall(const std::vector<Probe>& mask, const c10::IValue* args, size_t num_args,
                   int64_t* values) noexcept;
+
+// The signatures of one mask (a cache's entries with the same keyed properties), found by the
+// values of only the probes on which they differ: for one signature, or several that differ in
+// one size, a lookup hashes nothing or one value. Candidates are not confirmed: the caller checks
+// each one's guards in full (HitCheck), so a hash collision costs a check, never a wrong hit, and
+// every signature whose values a call matches is among its candidates.
+class SignatureIndex {
+ public:
+  SignatureIndex() = default;
+  // All of `signatures` have the same mask. Candidates are positions in `signatures`.
+  explicit SignatureIndex(const std::vector<const Signature*>& signatures);
+
+  struct Range {
+    const uint32_t* begin;
+    const uint32_t* end;
+  };
+  // Positions of the signatures whose differing probes hash as the call's do, in the order given.
+  // Hot path: no allocation, no throw.
+  Range Candidates(const c10::IValue* args, size_t num_args) const noexcept {
+    if (slots_.empty()) return {ids_.data(), ids_.data() + ids_.size()};
+    return Lookup(args, num_args);
+  }
+
+  size_t num_probes() const { return plan_.num_values; }  // the differing probes (tests)
+
+ private:
+  Range Lookup(const c10::IValue* args, size_t num_args) const noexcept;
+
+  struct Slot {
+    uint64_t key;
+    uint32_t begin, end;  // into ids_; begin == end: empty
+  };
+  size_t SlotOf(uint64_t key) const { return static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_); }
+
+  ProbePlan plan_;             // the differing probes
+  bool single_ = false;        // exactly one: its value is the key
+  Probe probe_{};              // that probe
+  std::vector<uint32_t> ids_;  // grouped by key, in the given order within a key
+  std::vector<Slot> slots_;    // open addressing, a power of two long; empty when plan_ is
+  uint64_t slot_mask_ = 0;
+  int shift_ = 63;
+};
 
 }  // namespace warden::guards
 

@@ -262,19 +262,20 @@ void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntr
   auto snap = std::make_unique<Snapshot>();
   snap->entries = std::move(entries);
   for (const auto& e : snap->entries) {
-    if (e->signature.mask.size() > Snapshot::kMaxProbes) {
-      snap->ungrouped.push_back(e.get());
-      continue;
-    }
     Snapshot::Group* group = nullptr;
     for (Snapshot::Group& g : snap->groups) {
       if (g.mask == e->signature.mask) group = &g;
     }
     if (group == nullptr) {
-      snap->groups.push_back({e->signature.mask, guards::PlanOf(e->signature.mask), {}});
+      snap->groups.push_back({e->signature.mask, {}, {}});
       group = &snap->groups.back();
     }
-    group->by_key[e->signature.key].push_back(e.get());
+    group->entries.push_back(e.get());
+  }
+  for (Snapshot::Group& g : snap->groups) {
+    std::vector<const guards::Signature*> signatures;
+    for (const CacheEntry* e : g.entries) signatures.push_back(&e->signature);
+    g.index = guards::SignatureIndex(signatures);
   }
   snapshot_.store(snap.get(), std::memory_order_release);
   snapshots_.push_back(std::move(snap));
@@ -345,42 +346,30 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
     eager_calls_.fetch_add(1, std::memory_order_relaxed);
     return fn_(args);
   }
-  // Hot path. Budget: guard programs of the entries plus the artifact; no lock, no allocation
-  // before the artifact runs.
-  // Lookup is one hash per signature mask (usually one or two per function), so its cost does
-  // not grow with the number of entries. A candidate must match its signature values exactly;
-  // then only the residual guards (device, layout, requires_grad, bounds, relations, ...) run.
+  // Hot path. Budget: the entries' hit checks plus the artifact; no lock, no allocation before the
+  // artifact runs.
+  // Lookup hashes, per signature mask (usually one or two per function), only the properties on
+  // which that mask's entries differ (none for a single entry), so its cost does not grow with the
+  // number of entries; each candidate's HitCheck then enforces every guard of the entry.
   const Snapshot* snap = snapshot_.load(std::memory_order_acquire);
   std::vector<std::pair<int, std::string>> value_failures;  // allocates only on a failure
-  int64_t values[Snapshot::kMaxProbes];
-  auto try_entry = [&](const CacheEntry* e, std::vector<at::Tensor>* outputs) {
-    std::string failure;
-    if (e->artifact->Run(args, outputs, &failure)) {
-      hits_.fetch_add(1, std::memory_order_relaxed);
-      // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
-      // hot path) that may undercount when threads hit the same entry at once.
-      e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      e->last_used.store(call_index, std::memory_order_relaxed);
-      return true;
-    }
-    value_failures.emplace_back(e->index, std::move(failure));
-    return false;
-  };
   for (const Snapshot::Group& group : snap->groups) {
-    const uint64_t key = guards::HashCall(group.plan, args.data(), args.size(), values);
-    auto bucket = group.by_key.find(key);
-    if (bucket == group.by_key.end()) continue;
-    for (const CacheEntry* e : bucket->second) {
-      if (!std::equal(e->signature.values.begin(), e->signature.values.end(), values)) continue;
-      if (!e->residual.Check(args.data(), args.size())) continue;
+    const guards::SignatureIndex::Range candidates = group.index.Candidates(args.data(), args.size());
+    for (const uint32_t* c = candidates.begin; c != candidates.end; ++c) {
+      const CacheEntry* e = group.entries[*c];
+      if (!e->hit.Check(args.data(), args.size())) continue;
       std::vector<at::Tensor> outputs;
-      if (try_entry(e, &outputs)) return outputs;
+      std::string failure;
+      if (e->artifact->Run(args, &outputs, &failure)) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
+        // hot path) that may undercount when threads hit the same entry at once.
+        e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        e->last_used.store(call_index, std::memory_order_relaxed);
+        return outputs;
+      }
+      value_failures.emplace_back(e->index, std::move(failure));
     }
-  }
-  for (const CacheEntry* e : snap->ungrouped) {
-    if (!e->program.Check(args.data(), args.size())) continue;
-    std::vector<at::Tensor> outputs;
-    if (try_entry(e, &outputs)) return outputs;
   }
   return Miss(args, call_index, {value_failures.begin(), value_failures.end()});
 }
@@ -529,7 +518,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   entry->signature = guards::SignatureOf(entry->program.guards());
-  entry->residual = guards::GuardProgram::AfterSignatureMatch(entry->program.guards());
+  entry->hit = guards::HitCheck(entry->program.guards());
 
   const TraceClock::time_point guarded_at = TraceClock::now();
   const codegen::KernelCacheStats kernels_before = codegen::GetKernelCacheStats();

@@ -10,7 +10,6 @@
 #include <set>
 #include <thread>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "guards/evaluator.h"
@@ -67,7 +66,7 @@ struct CacheEntry {
   int64_t created_at_call = 0;
   guards::GuardProgram program;    // every guard: the miss path and the verbose reasons
   guards::Signature signature;     // exact-match part, hashed for lookup
-  guards::GuardProgram residual;   // what the hit path checks after an exact signature match
+  guards::HitCheck hit;            // every guard, compiled for the hit path
   std::shared_ptr<const tracer::Graph> graph;
   ArtifactSlot artifact;
   std::vector<std::string> rule_mismatches;
@@ -82,16 +81,14 @@ struct CacheEntry {
 struct Snapshot {
   std::vector<std::shared_ptr<const CacheEntry>> entries;  // newest first
 
-  // Entries grouped by signature mask; within a group, by signature key (newest first).
+  // Entries grouped by signature mask; within a group, found by the signature values on which
+  // they differ (guards::SignatureIndex) and confirmed by their HitCheck.
   struct Group {
-    std::vector<guards::Probe> mask;  // at most kMaxProbes long (longer masks are not grouped)
-    guards::ProbePlan plan;           // the mask compiled for HashCall
-    std::unordered_map<uint64_t, std::vector<const CacheEntry*>> by_key;
+    std::vector<guards::Probe> mask;
+    std::vector<const CacheEntry*> entries;   // newest first
+    guards::SignatureIndex index;             // candidates: positions in `entries`
   };
   std::vector<Group> groups;
-  // Entries whose signature is too long for the hit path's stack buffer: checked one by one.
-  std::vector<const CacheEntry*> ungrouped;
-  static constexpr size_t kMaxProbes = 1024;
 };
 
 class CompiledFunction::Impl {

@@ -151,9 +151,9 @@ TEST(Signature, EmptyGuardListMatchesEverything) {
 namespace warden::guards {
 namespace {
 
-// The hit path: exact signature match, then the residual program. It must accept exactly what
-// the full program accepts.
-TEST(AfterSignatureMatch, AgreesWithTheFullProgram) {
+// The hit path's per-entry check (HitCheck: tensor records, autograd state, then the rest) must
+// accept exactly what the full program accepts, and so must the signature-hash filter in front of it.
+TEST(HitCheck, AgreesWithTheFullProgram) {
   std::vector<Guard> guards = {
       {GuardKind::kGradMode, -1, -1, -1, 0, 0, "g"},
       {GuardKind::kArgCount, -1, -1, -1, 3, 0, "n"},
@@ -177,9 +177,10 @@ TEST(AfterSignatureMatch, AgreesWithTheFullProgram) {
   Guard d{GuardKind::kDoubleValue, 2, -1, -1, 0, 0.5, "x"};
   guards.push_back(d);
   const GuardProgram full(guards);
-  const GuardProgram rest = GuardProgram::AfterSignatureMatch(full.guards());
+  const HitCheck hit(full.guards());
   const Signature sig = SignatureOf(full.guards());
-  EXPECT_LT(rest.size(), full.size());
+  EXPECT_EQ(hit.num_tensor_records(), 2u);
+  EXPECT_LT(hit.rest().size(), full.size());
 
   torch::NoGradGuard no_grad;
   auto grad = torch::zeros({4}).requires_grad_();
@@ -199,8 +200,9 @@ TEST(AfterSignatureMatch, AgreesWithTheFullProgram) {
     const Args& a = calls[i];
     std::vector<int64_t> values(sig.mask.size());
     const uint64_t key = HashCall(sig.mask, a.data(), a.size(), values.data());
-    const bool fast = key == sig.key && values == sig.values && rest.Check(a.data(), a.size());
-    EXPECT_EQ(fast, full.Check(a)) << "call " << i << ": " << full.FirstFailure(a, {"a", "b", "c"});
+    EXPECT_EQ(hit.Check(a.data(), a.size()), full.Check(a))
+        << "call " << i << ": " << full.FirstFailure(a, {"a", "b", "c"});
+    if (full.Check(a)) EXPECT_TRUE(key == sig.key && values == sig.values) << "call " << i;
   }
   EXPECT_TRUE(full.Check(calls[0]));
   EXPECT_TRUE(full.Check(calls[1]));
