@@ -48,16 +48,20 @@ struct Case {
   std::vector<Args> failing;
 };
 
+// The program and the hit path's HitCheck (records where the guards allow, the rest as a program).
 void ExpectAgreement(const Case& c) {
   const GuardProgram program(c.guards);
+  const HitCheck hit(c.guards);
   for (size_t i = 0; i < c.passing.size(); ++i) {
     EXPECT_TRUE(AllHold(c.guards, c.passing[i])) << c.name << " passing #" << i << " (Holds)";
     EXPECT_TRUE(program.Check(c.passing[i])) << c.name << " passing #" << i << " (Check)";
+    EXPECT_TRUE(hit.Check(c.passing[i])) << c.name << " passing #" << i << " (HitCheck)";
     EXPECT_EQ(program.FirstFailure(c.passing[i], {}), "") << c.name << " passing #" << i;
   }
   for (size_t i = 0; i < c.failing.size(); ++i) {
     EXPECT_FALSE(AllHold(c.guards, c.failing[i])) << c.name << " failing #" << i << " (Holds)";
     EXPECT_FALSE(program.Check(c.failing[i])) << c.name << " failing #" << i << " (Check)";
+    EXPECT_FALSE(hit.Check(c.failing[i])) << c.name << " failing #" << i << " (HitCheck)";
     EXPECT_NE(program.FirstFailure(c.failing[i], {}), "") << c.name << " failing #" << i;
   }
 }
@@ -179,6 +183,118 @@ TEST(GuardProgram, AgreesWithHoldsForGlobalState) {
   EXPECT_FALSE(checked);
   EXPECT_FALSE(held);
   EXPECT_EQ(reason, "default dtype mismatch. expected Float, actual Double");
+}
+
+// --- HitCheck records ----------------------------------------------------------------------------
+
+// The guards the builder emits for a used tensor argument `arg` like `t` (so that HitCheck makes a
+// record of them), with dim 0 either static or `>= 2`.
+std::vector<Guard> UsedTensor(int arg, const at::Tensor& t, bool dim0_dynamic = false) {
+  std::vector<Guard> g = {Type(arg, ArgType::kTensor),
+                          Make(GuardKind::kDtype, arg, static_cast<int64_t>(t.scalar_type())),
+                          Make(GuardKind::kDevice, arg, DeviceCodeOf(t)),
+                          Make(GuardKind::kLayout, arg, static_cast<int64_t>(t.layout())),
+                          Make(GuardKind::kRequiresGrad, arg, t.requires_grad()),
+                          Make(GuardKind::kRank, arg, t.dim())};
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    g.push_back(d == 0 && dim0_dynamic ? Make(GuardKind::kSizeAtLeast, arg, 2, 0)
+                                       : Make(GuardKind::kSize, arg, t.size(d), static_cast<int>(d)));
+  }
+  return g;
+}
+
+// Every kind a record holds, each changed alone, plus the kinds that stay in the program next to
+// records (strides, aliasing, relations, scalars, global state): HitCheck agrees with the program.
+TEST(HitCheck, RecordsEnforceEveryGuardKind) {
+  const at::Tensor x = torch::zeros({3, 4});
+  const at::Tensor y = torch::zeros({5, 4});
+  std::vector<Guard> guards = {Count(3), Make(GuardKind::kGradMode, -1, 1), Make(GuardKind::kInferenceMode, -1, 0),
+                               Type(2, ArgType::kInt), Make(GuardKind::kIntValue, 2, 7)};
+  for (const Guard& g : UsedTensor(0, x)) guards.push_back(g);
+  for (const Guard& g : UsedTensor(1, y, /*dim0_dynamic=*/true)) guards.push_back(g);
+  guards.push_back(Make(GuardKind::kStride, 0, 4, 0));
+  guards.push_back(Make(GuardKind::kAliasing, 0, 0, -1, 1));
+  const HitCheck hit(guards);
+  EXPECT_EQ(hit.num_tensor_records(), 2u);
+  EXPECT_EQ(hit.rest().size(), 4u);  // arg 2's type and value, the stride, the aliasing
+
+  const at::Tensor meta = torch::empty({3, 4}, torch::TensorOptions().device(torch::kMeta));
+  const at::Tensor sparse = torch::zeros({3, 4}).to_sparse();
+  const at::Tensor grad = torch::zeros({3, 4}, torch::requires_grad());
+  const at::Tensor transposed = torch::zeros({4, 3}).t();
+  const int64_t seven = 7;
+  ExpectAgreement({"records",
+                   guards,
+                   {{x, y, seven}, {torch::ones({3, 4}), torch::zeros({2, 4}), seven}, {x, torch::zeros({99, 4}), seven}},
+                   {
+                       {x, y},                                            // arity
+                       {x, y, seven, seven},                              // arity
+                       {y, y, seven},                                     // static size
+                       {torch::zeros({3, 5}), y, seven},                  // static size, last dim
+                       {x, torch::zeros({1, 4}), seven},                  // >= 2
+                       {x, torch::zeros({0, 4}), seven},                  // >= 2
+                       {x, torch::zeros({5, 3}), seven},                  // static dim next to a dynamic one
+                       {torch::zeros({12}), y, seven},                    // rank
+                       {torch::zeros({3, 4, 1}), y, seven},               // rank
+                       {x, torch::zeros({5}), seven},                     // rank
+                       {torch::zeros({3, 4}, torch::kDouble), y, seven},  // dtype
+                       {x, torch::zeros({5, 4}, torch::kHalf), seven},    // dtype
+                       {meta, y, seven},                                  // device
+                       {sparse, y, seven},                                // layout
+                       {grad, y, seven},                                  // requires_grad
+                       {at::Tensor(), y, seven},                          // undefined tensor
+                       {seven, y, seven},                                 // type
+                       {3.0, y, seven},                                   // type
+                       {x, y, int64_t{8}},                                // int value
+                       {x, y, 7.0},                                       // scalar type
+                       {transposed, y, seven},                            // stride (rest)
+                       {x, x.view({3, 4}), seven},                        // aliasing (rest)
+                   }});
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(hit.Check({x, y, seven}));
+  }
+  {
+    c10::InferenceMode inference;
+    EXPECT_FALSE(hit.Check({x, y, seven}));
+  }
+  EXPECT_TRUE(hit.Check({x, y, seven}));
+}
+
+// A relation between two recorded arguments (s0 == s1) stays in the program and still holds.
+TEST(HitCheck, RelationsNextToRecords) {
+  const at::Tensor a = torch::zeros({3, 4}), b = torch::zeros({3});
+  std::vector<Guard> guards = {Count(2)};
+  for (const Guard& g : UsedTensor(0, a, true)) guards.push_back(g);
+  for (const Guard& g : UsedTensor(1, b, true)) guards.push_back(g);
+  guards.push_back(Relation({{0, 0}, {1, 0}}, S(0), S(1)));
+  EXPECT_EQ(HitCheck(guards).num_tensor_records(), 2u);
+  ExpectAgreement({"relation", guards, {{a, b}, {torch::zeros({7, 4}), torch::zeros({7})}},
+                   {{torch::zeros({7, 4}), torch::zeros({6})}, {a, torch::zeros({1})}}});
+}
+
+// Guards that cannot form a record (no dtype guard, two contradictory ranks, sizes without a
+// rank) leave the argument's guards in the program, which enforces all of them.
+TEST(HitCheck, ArgumentsWithoutARecordStayInTheProgram) {
+  const at::Tensor x = torch::zeros({3, 4});
+  std::vector<Guard> no_dtype = {Count(1)};
+  for (const Guard& g : UsedTensor(0, x)) {
+    if (g.kind != GuardKind::kDtype) no_dtype.push_back(g);
+  }
+  EXPECT_EQ(HitCheck(no_dtype).num_tensor_records(), 0u);
+  ExpectAgreement({"no dtype", no_dtype, {{x}, {torch::zeros({3, 4}, torch::kDouble)}}, {{torch::zeros({3, 5})}}});
+
+  std::vector<Guard> two_ranks = {Count(1)};
+  for (const Guard& g : UsedTensor(0, x)) two_ranks.push_back(g);
+  two_ranks.push_back(Make(GuardKind::kRank, 0, 3));
+  EXPECT_EQ(HitCheck(two_ranks).num_tensor_records(), 0u);
+  ExpectAgreement({"two ranks", two_ranks, {}, {{x}, {torch::zeros({3, 4, 1})}}});
+
+  std::vector<Guard> two_sizes = {Count(1)};
+  for (const Guard& g : UsedTensor(0, x)) two_sizes.push_back(g);
+  two_sizes.push_back(Make(GuardKind::kSize, 0, 5, 0));  // contradicts size(0) == 3
+  EXPECT_EQ(HitCheck(two_sizes).num_tensor_records(), 0u);
+  ExpectAgreement({"two sizes", two_sizes, {}, {{x}, {torch::zeros({5, 4})}}});
 }
 
 // --- Ordering -----------------------------------------------------------------------------------

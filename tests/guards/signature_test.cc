@@ -3,6 +3,7 @@
 // wrongly typed arguments are safe; unkeyed guards do not take part.
 #include "guards/signature.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <gmock/gmock.h>
@@ -233,6 +234,92 @@ TEST(ProbePlan, HashesAndValuesEqualTheMaskPath) {
     const uint64_t hb = HashCall(plan, calls[i].data(), calls[i].size(), b.data());
     EXPECT_EQ(ha, hb) << "call " << i;
     EXPECT_EQ(a, b) << "call " << i;
+  }
+}
+
+}  // namespace
+}  // namespace warden::guards
+
+namespace warden::guards {
+namespace {
+
+// Signatures of one mask that differ in one size: one probe, the size itself is the key, and a
+// call finds exactly the entry of its size.
+TEST(SignatureIndex, FindsTheEntryOfTheCallsSizeWithOneProbe) {
+  std::vector<Signature> sigs;
+  for (int64_t rows = 2; rows < 66; ++rows) {
+    sigs.push_back(SignatureOf(GuardProgram({Make(GuardKind::kArgCount, -1, 1),
+                                             Make(GuardKind::kArgType, 0, Code(ArgType::kTensor)),
+                                             Make(GuardKind::kRank, 0, 2), Make(GuardKind::kSize, 0, rows, 0),
+                                             Make(GuardKind::kSize, 0, 4, 1)})
+                                   .guards()));
+  }
+  std::vector<const Signature*> ptrs;
+  for (const Signature& s : sigs) ptrs.push_back(&s);
+  const SignatureIndex index(ptrs);
+  EXPECT_EQ(index.num_probes(), 1u);
+  for (int64_t rows = 2; rows < 66; ++rows) {
+    const Args a{torch::zeros({rows, 4})};
+    const SignatureIndex::Range c = index.Candidates(a.data(), a.size());
+    ASSERT_EQ(c.end - c.begin, 1) << rows;
+    EXPECT_EQ(*c.begin, static_cast<uint32_t>(rows - 2));
+  }
+  // No candidate where the probe reads no known size. (Candidates are not confirmed: a [3] tensor
+  // is a candidate for the [3, 4] entry, whose HitCheck then rejects it.)
+  for (const Args& a : std::vector<Args>{{torch::zeros({70, 4})}, {torch::zeros({1})}, {int64_t{3}},
+                                         {c10::IValue(at::Tensor())}, {}}) {
+    const SignatureIndex::Range c = index.Candidates(a.data(), a.size());
+    EXPECT_EQ(c.begin, c.end);
+  }
+}
+
+// Identical signatures (entries that differ only in unkeyed guards): no probe, all candidates in
+// the given order. Several differing probes: hashed, and every matching signature is found.
+TEST(SignatureIndex, NoProbeForIdenticalSignaturesAndHashesSeveralProbes) {
+  const Signature a = SignatureOf(Guards());
+  const SignatureIndex same({&a, &a, &a});
+  EXPECT_EQ(same.num_probes(), 0u);
+  const Args call{torch::randn({9, 9})};
+  const SignatureIndex::Range all = same.Candidates(call.data(), call.size());
+  ASSERT_EQ(all.end - all.begin, 3);
+  EXPECT_EQ(all.begin[0], 0u);
+  EXPECT_EQ(all.begin[2], 2u);
+
+  const Signature b = SignatureOf(Guards(0.25));
+  std::vector<Guard> g = Guards();
+  for (Guard& x : g) {
+    if (x.kind == GuardKind::kIntValue) x.expected = 7;
+  }
+  const Signature c = SignatureOf(GuardProgram(g).guards());
+  const SignatureIndex index({&a, &b, &c});
+  EXPECT_EQ(index.num_probes(), 2u);  // the int and the double
+  const std::vector<std::pair<Args, uint32_t>> calls = {
+      {{torch::randn({3, 4}), int64_t{2}, 0.5, true}, 0u},
+      {{torch::randn({3, 4}), int64_t{2}, 0.25, true}, 1u},
+      {{torch::randn({3, 4}), int64_t{7}, 0.5, true}, 2u},
+  };
+  for (const auto& [args, want] : calls) {
+    const SignatureIndex::Range r = index.Candidates(args.data(), args.size());
+    EXPECT_NE(std::find(r.begin, r.end, want), r.end) << want;
+  }
+  const Args none{torch::randn({3, 4}), int64_t{7}, 0.25, true};
+  const SignatureIndex::Range r = index.Candidates(none.data(), none.size());
+  for (const uint32_t* p = r.begin; p != r.end; ++p) EXPECT_NE(*p, 0u);  // collisions only
+}
+
+// ProbeValue (the single-probe lookup) reads what the plan path of HashCall reads, probe by probe.
+TEST(ProbeValue, EqualsThePlanPathsValues) {
+  const Signature s = SignatureOf(Guards());
+  const ProbePlan plan = PlanOf(s.mask);
+  for (const Args& a : std::vector<Args>{{torch::randn({3, 4}), int64_t{2}, 0.5, true},
+                                         {torch::randn({3}), 1.0, int64_t{2}},
+                                         {c10::IValue(at::Tensor())},
+                                         {}}) {
+    std::vector<int64_t> values(s.mask.size());
+    HashCall(plan, a.data(), a.size(), values.data());
+    for (size_t i = 0; i < s.mask.size(); ++i) {
+      EXPECT_EQ(ProbeValue(s.mask[i], a.data(), a.size()), values[i]) << i;
+    }
   }
 }
 
