@@ -595,18 +595,34 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
   entry->artifact.Install(std::move(replay->artifact), "aten",
                           absl::StrCat("compiling with '", options_.backend,
                                        "' in the background; replaying with 'aten' until it is ready"));
-  background_.emplace_back([entry, backend = options_.backend, context, id = id_, where] {
+  // The trace log is process-wide and never freed, so the job may write to it after ~Impl began.
+  runtime::TraceLog* trace = trace_;
+  nlohmann::json trace_fields = trace != nullptr ? TraceFields(*this, entry->created_at_call) : nlohmann::json();
+  if (trace != nullptr) trace_fields["entry"] = EntryId(*this, entry->index);
+  background_.emplace_back([entry, backend = options_.backend, context, id = id_, where, trace, trace_fields] {
+    const TraceClock::time_point start = TraceClock::now();
+    std::string error;
     try {
       auto compiled = CompileWithFallback(backend, entry->graph, context, id, where);
       if (compiled.ok()) {
         entry->artifact.Install(std::move(compiled->artifact), compiled->backend, compiled->note);
       } else {
-        entry->artifact.SetNote(absl::StrCat("background compile with '", backend, "' failed (",
-                                             compiled.status().message(), "); replaying with 'aten'"));
+        error = std::string(compiled.status().message());
       }
     } catch (const std::exception& e) {
-      entry->artifact.SetNote(absl::StrCat("background compile with '", backend, "' failed (",
-                                           e.what(), "); replaying with 'aten'"));
+      error = e.what();
+    }
+    if (!error.empty()) {
+      entry->artifact.SetNote(absl::StrCat("background compile with '", backend, "' failed (", error,
+                                           "); replaying with 'aten'"));
+    }
+    if (trace != nullptr) {
+      nlohmann::json j = trace_fields;
+      j["backend"] = entry->artifact.backend();
+      j["note"] = entry->artifact.note();
+      j["ms"] = Millis(TraceClock::now() - start);
+      if (!error.empty()) j["error"] = error;
+      trace->Emit("background_compile_end", std::move(j));
     }
   });
 }

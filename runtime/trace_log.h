@@ -25,7 +25,8 @@ namespace warden::runtime {
 // "function" (compile(): options), "compile_start", "compile_end" (entry, timings in ms, backend,
 // graph, guards with provenance, the call's arguments), "recompile" (reasons per entry, action,
 // the closest entry and which of its guards failed), "cache_limit", "eager_fallback",
-// "trace_error", "backend_fallback", "backend_error", "disk_cache" (kernel cache hits and
+// "trace_error", "backend_fallback", "backend_error", "background_compile_end" (an async_compile
+// job finished: entry, backend now used, note, ms, error if any), "disk_cache" (kernel cache hits and
 // compiler runs during one compile), "function_end" (stats and per-entry hits, when the function
 // is destroyed) and "truncated" (the size cap was reached; nothing follows).
 // Only misses emit events: hits are the calls between them, counted by "function_end".

@@ -157,6 +157,33 @@ TEST(TraceLog, RecordsAnEagerFallback) {
   EXPECT_EQ(events.back()["eager_calls"], 2);
 }
 
+TEST(TraceLog, RecordsTheEndOfABackgroundCompile) {
+  const std::string dir = TempDir("trace_async");
+  setenv("WARDEN_TRACE_DIR", dir.c_str(), 1);
+  setenv("WARDEN_CACHE_DIR", TempDir("trace_async_kernels").c_str(), 1);
+  {
+    Options o;
+    o.name = "async";
+    o.async_compile = true;  // backend "cpp"
+    CompiledFunction f = compile(
+        [](const Args& a) -> std::vector<at::Tensor> { return {(a[0].toTensor() * 2).tanh()}; }, o);
+    f({torch::ones({8})});
+  }  // destruction joins the background job
+  unsetenv("WARDEN_TRACE_DIR");
+  const std::vector<std::string> files = Files(dir);
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<json> events = Events(files[0]);
+  EXPECT_THAT(CallsOf(events, "background_compile_end"), ElementsAre(0));
+  for (const json& e : events) {
+    if (e["event"] != "background_compile_end") continue;
+    EXPECT_EQ(e["fn"], "async");
+    EXPECT_EQ(e["backend"], "cpp");
+    EXPECT_EQ(e["note"], "");
+    EXPECT_GE(e["ms"].get<double>(), 0.0);
+    EXPECT_TRUE(e["entry"].get<std::string>().find("/0") != std::string::npos);
+  }
+}
+
 TEST(TraceLog, StopsAtTheSizeCapWithOneTruncatedEvent) {
   const std::string dir = TempDir("trace_capped");
   setenv("WARDEN_TRACE_DIR", dir.c_str(), 1);
