@@ -28,16 +28,6 @@ void ValidateArgs(const std::vector<c10::IValue>& args, const CompiledFunction::
   }
 }
 
-// The backend named `name`, and why if it is not the one asked for.
-std::unique_ptr<Backend> ChooseBackend(const std::string& name, std::string* note) {
-  if (name == "cpp" && MakeBackend("cpp") == nullptr) {
-    *note = "backend 'cpp' is not available in this build; entries use 'aten' (replay)";
-    runtime::WarnOnce("cpp-fallback", absl::StrCat("warden: ", *note));
-    return MakeBackend("aten");
-  }
-  return MakeBackend(name);
-}
-
 struct Compiled {
   std::unique_ptr<Artifact> artifact;
   std::string backend;  // the one that produced it
@@ -59,7 +49,7 @@ absl::StatusOr<Compiled> CompileWithFallback(const std::string& name, const std:
                                              const CompileContext& context, int function_id,
                                              const std::string& where) {
   Compiled c;
-  std::unique_ptr<Backend> backend = ChooseBackend(name, &c.note);
+  std::unique_ptr<Backend> backend = MakeBackend(name);
   if (backend == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown backend '", name, "' (registered: ",
                                             absl::StrJoin(BackendNames(), ", "), ")"));
@@ -577,22 +567,18 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
                                           const std::vector<std::string>& names) {
   const CompileContext context = ContextOf(*entry, options_, logs_);
   const std::string where = absl::StrCat(options_.name, " entry ", id_, "/", entry->index);
-  if (!options_.async_compile || options_.backend == "aten") {
-    auto compiled = CompileWithFallback(options_.backend, entry->graph, context, id_, where);
-    if (!compiled.ok()) {
-      throw Error(absl::StrCat("warden: function '", options_.name,
-                               "': could not compile the traced graph: ", compiled.status().message()));
-    }
+  // Background compile: replay now, the real artifact once it is built (Note [Background compile]).
+  const bool background = options_.async_compile && options_.backend != "aten";
+  auto compiled = CompileWithFallback(background ? "aten" : options_.backend, entry->graph, context, id_, where);
+  if (!compiled.ok()) {
+    throw Error(absl::StrCat("warden: function '", options_.name,
+                             "': could not compile the traced graph: ", compiled.status().message()));
+  }
+  if (!background) {
     entry->artifact.Install(std::move(compiled->artifact), compiled->backend, compiled->note);
     return;
   }
-  // Background compile: replay now, the real artifact once it is built (Note [Background compile]).
-  auto replay = CompileWithFallback("aten", entry->graph, context, id_, where);
-  if (!replay.ok()) {
-    throw Error(absl::StrCat("warden: function '", options_.name,
-                             "': could not compile the traced graph: ", replay.status().message()));
-  }
-  entry->artifact.Install(std::move(replay->artifact), "aten",
+  entry->artifact.Install(std::move(compiled->artifact), "aten",
                           absl::StrCat("compiling with '", options_.backend,
                                        "' in the background; replaying with 'aten' until it is ready"));
   // The trace log is process-wide and never freed, so the job may write to it after ~Impl began.
@@ -643,7 +629,7 @@ CompiledFunction compile(Fn fn, Options options) {
     throw Error(absl::StrCat("warden::compile: options.cache_size_limit must be >= 0, got ",
                              options.cache_size_limit));
   }
-  if (MakeBackend(options.backend) == nullptr && options.backend != "cpp") {
+  if (MakeBackend(options.backend) == nullptr) {
     throw Error(absl::StrCat("warden::compile: unknown backend '", options.backend,
                              "' (registered: ", absl::StrJoin(BackendNames(), ", "), ")"));
   }
