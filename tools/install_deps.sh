@@ -11,6 +11,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev
+  # `warden report`: graphviz draws the graphs as SVG; the HTML report test renders the page in
+  # headless Chromium (about 290 MB) and needs a font for its screenshot.
+  graphviz
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `warden report` in a browser: renders the HTML of testdata/report_trace.jsonl in headless
-# Chromium, checks the DOM for the report's headings and that a screenshot is a non-trivial PNG.
-# Chromium is not part of tools/install_deps.sh (about 290 MB installed); without it this test
-# prints SKIP and passes. Install it with `apt-get install chromium` to run it.
+# Chromium, checks the DOM for the report's headings and Graphviz's SVG graphs, and that a
+# screenshot is a non-trivial PNG. tools/install_deps.sh installs chromium and graphviz; without
+# them this test fails and says so.
 set -euo pipefail
 
 warden="$1"
@@ -10,8 +10,12 @@ trace="$2"
 
 browser="$(command -v chromium || command -v chromium-browser || true)"
 if [ -z "$browser" ]; then
-  echo "SKIP: chromium is not installed (apt-get install chromium); the HTML report was not rendered"
-  exit 0
+  echo "FAIL: chromium is not installed; run tools/install_deps.sh (it installs chromium and graphviz)"
+  exit 1
+fi
+if ! command -v dot >/dev/null; then
+  echo "FAIL: Graphviz's dot is not installed; run tools/install_deps.sh"
+  exit 1
 fi
 
 out="${TEST_TMPDIR}/report.html"
@@ -32,6 +36,12 @@ for heading in "<h1>Warden report</h1>" "<h3>Suggestions</h3>" "<h3>Timeline</h3
     exit 1
   fi
 done
+# Every entry's graph is drawn by dot (the report falls back to text, without <svg>, when it fails).
+svgs="$(grep -o '<svg' "$dom" | wc -l)"
+if [ "$svgs" -lt 1 ]; then
+  echo "FAIL: the rendered DOM has no Graphviz <svg> graph"
+  exit 1
+fi
 
 png="${TEST_TMPDIR}/report.png"
 timeout 60 "$browser" "${flags[@]}" --window-size=1200,1600 --screenshot="$png" "file://${out}" >/dev/null 2>&1
@@ -45,4 +55,4 @@ if [ "$size" -lt 30000 ]; then
   echo "FAIL: screenshot is only $size bytes: the page rendered (nearly) empty"
   exit 1
 fi
-echo "PASS: rendered in $browser, DOM has the headings, screenshot $size bytes"
+echo "PASS: rendered in $browser, DOM has the headings and $svgs SVG graphs, screenshot $size bytes"
