@@ -94,6 +94,48 @@ std::string CompareCall(const Outcome& got, const Outcome& want, const std::vect
   return "";
 }
 
+// Back-propagates the same loss through `outputs` (a weighted sum of every floating output that
+// requires grad); false if none does. Sets *error if backward raised.
+bool Backward(const std::vector<at::Tensor>& outputs, std::string* error) {
+  at::Tensor loss;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& o = outputs[i];
+    if (!o.defined() || !o.requires_grad() || !at::isFloatingType(o.scalar_type())) continue;
+    at::Tensor term = o.to(at::kDouble).sum() * static_cast<double>(i + 1);
+    loss = loss.defined() ? loss + term : term;
+  }
+  if (!loss.defined()) return false;
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
+  return true;
+}
+
+// Empty if backward through Warden's outputs did what it did through eager's: both raised, or
+// both left equal gradients on every argument.
+std::string CompareBackward(const Outcome& got, const Outcome& want, const std::vector<c10::IValue>& got_args,
+                            const std::vector<c10::IValue>& want_args, int64_t* count) {
+  std::string want_error, got_error;
+  const bool want_ran = Backward(want.outputs, &want_error);
+  const bool got_ran = Backward(got.outputs, &got_error);
+  if (!want_ran && !got_ran) return "";
+  if (want_ran != got_ran) return "backward: only one side has outputs that require grad";
+  ++*count;
+  if (!want_error.empty() || !got_error.empty()) {
+    if (want_error.empty()) return "backward: Warden raised \"" + got_error.substr(0, 200) + "\" but eager did not";
+    if (got_error.empty()) return "backward: eager raised \"" + want_error.substr(0, 200) + "\" but Warden did not";
+    return "";
+  }
+  for (size_t i = 0; i < want_args.size(); ++i) {
+    if (!want_args[i].isTensor()) continue;
+    const std::string d = CompareTensor(got_args[i].toTensor().grad(), want_args[i].toTensor().grad());
+    if (!d.empty()) return "backward: grad of argument " + std::to_string(i) + ": " + d;
+  }
+  return "";
+}
+
 std::string DescribeSpecs(const std::vector<ArgSpec>& specs) {
   std::string s;
   for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + SpecToString(specs[i]);
@@ -159,14 +201,19 @@ bool BreakGuard(const std::string& guard, std::vector<ArgSpec> specs, std::vecto
 
 std::string ConfigName(const Config& c) {
   const char* mode = c.dynamic == Dynamic::kStatic ? "static" : c.dynamic == Dynamic::kAuto ? "auto" : "dynamic";
-  return c.backend + "/" + mode;
+  return c.backend + "/" + mode + (c.mark_dynamic ? "+mark_dynamic" : "");
+}
+
+std::vector<Config> ConfigsOf(const std::string& backend) {
+  std::vector<Config> all;
+  for (Dynamic d : {Dynamic::kStatic, Dynamic::kAuto, Dynamic::kDynamic}) all.push_back({backend, d});
+  all.push_back({backend, Dynamic::kStatic, /*mark_dynamic=*/true});
+  return all;
 }
 
 std::vector<Config> AllConfigs() {
-  std::vector<Config> all;
-  for (const char* backend : {"aten", "cpp"}) {
-    for (Dynamic d : {Dynamic::kStatic, Dynamic::kAuto, Dynamic::kDynamic}) all.push_back({backend, d});
-  }
+  std::vector<Config> all = ConfigsOf("aten");
+  for (const Config& c : ConfigsOf("cpp")) all.push_back(c);
   return all;
 }
 
@@ -226,7 +273,8 @@ std::vector<std::string> CheckProgram(const Program& program, const std::vector<
     const Outcome got = Capture([&] { return f(got_args); });
     ++counts->calls;
     counts->eager_errors += want.threw;
-    const std::string diff = CompareCall(got, want, got_args, want_args);
+    std::string diff = CompareCall(got, want, got_args, want_args);
+    if (diff.empty() && !want.threw) diff = CompareBackward(got, want, got_args, want_args, &counts->backward);
     if (diff.empty()) return true;
     std::ostringstream os;
     os << "[" << ConfigName(config) << "] call " << index << " (" << what << "; args " << DescribeSpecs(specs)
@@ -236,12 +284,28 @@ std::vector<std::string> CheckProgram(const Program& program, const std::vector<
     return false;
   };
 
+  // What the mark_dynamic configurations mark: one dim of one tensor argument, and every scalar.
+  std::vector<std::pair<int, int>> marks;
+  {
+    std::vector<std::pair<int, int>> dims;
+    for (int i : tensor_args) {
+      for (size_t d = 0; d < base[i].sizes.size(); ++d) dims.emplace_back(i, static_cast<int>(d));
+    }
+    if (!dims.empty()) marks.push_back(dims[rng() % dims.size()]);
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (base[i].kind != ArgKind::kTensor) marks.emplace_back(static_cast<int>(i), 0);
+    }
+  }
+
   for (const Config& config : configs) {
     Options options;
     options.name = "fuzz" + std::to_string(program.seed);
     options.backend = config.backend;
     options.dynamic = config.dynamic;
     CompiledFunction f = compile([program](const std::vector<c10::IValue>& a) { return program.Run(a); }, options);
+    if (config.mark_dynamic) {
+      for (const auto& [arg, dim] : marks) f.mark_dynamic(arg, dim);
+    }
     bool ok = true;
     for (size_t i = 0; i < calls.size() && ok; ++i) {
       ok = check(f, config, calls[i].specs, calls[i].value_seed, calls[i].what, static_cast<int>(i));

@@ -9,6 +9,11 @@
 // c10::Error text when eager raised a c10::Error). Then the guard probes: after a reset and one
 // call, one guard of the new entry (a dtype, requires_grad, a rank, a static size, a scalar value)
 // is broken by changing exactly that property; that call must miss and still equal eager.
+// Backward: whenever a call's outputs require grad, the same loss (a weighted sum of them) is
+// back-propagated on both sides: both must raise, or both must leave equal .grad on every
+// argument. Configurations with `mark_dynamic` first mark one dim of one tensor argument and
+// every scalar argument (the programs use scalars only as op arguments, the promise
+// mark_dynamic on a scalar makes: Note [Symbolic scalars]).
 #ifndef WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 #define WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 
@@ -24,14 +29,18 @@ namespace warden::fuzz {
 struct Config {
   std::string backend;
   Dynamic dynamic;
+  bool mark_dynamic = false;  // mark_dynamic one tensor dim and every scalar before the first call
 };
 std::string ConfigName(const Config& c);
-std::vector<Config> AllConfigs();  // {aten, cpp} x {static, auto, dynamic}
+// {aten, cpp} x {static, auto, dynamic, static with mark_dynamic}
+std::vector<Config> AllConfigs();
+std::vector<Config> ConfigsOf(const std::string& backend);  // AllConfigs() of one backend
 
 struct CheckCounts {
   int64_t calls = 0;         // Warden calls checked against eager
   int64_t eager_errors = 0;  // of which eager raised (and Warden had to raise too)
   int64_t probes = 0;        // guard probes (each a call that must miss)
+  int64_t backward = 0;      // calls whose outputs were back-propagated on both sides
 };
 
 // Every difference found for `program`, each a self-contained text naming the configuration and

@@ -24,7 +24,7 @@ class FuzzTest : public ::testing::Test {
 
 void Report(const FuzzSummary& s) {
   std::cout << s.programs << " programs, " << s.counts.calls << " checked calls (" << s.counts.eager_errors
-            << " raising in eager), " << s.counts.probes << " guard probes, " << s.failures.size()
+            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.probes << " guard probes, " << s.failures.size()
             << " failures in " << s.seconds << " s\n";
   for (size_t i = 0; i < s.failures.size() && i < 5; ++i) ADD_FAILURE() << s.failures[i];
   EXPECT_TRUE(s.failures.empty()) << s.failures.size() << " failures";
@@ -49,8 +49,7 @@ FuzzSummary FuzzBackend(const std::string& backend, uint64_t seed, int64_t progr
   b.seed = seed;
   b.programs = programs;
   b.seconds = seconds;  // a safety net on a loaded machine; the seeds are the budget
-  b.configs.clear();
-  for (Dynamic d : {Dynamic::kStatic, Dynamic::kAuto, Dynamic::kDynamic}) b.configs.push_back({backend, d});
+  b.configs = ConfigsOf(backend);
   return RunFuzz(b);
 }
 

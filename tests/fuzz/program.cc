@@ -196,7 +196,7 @@ Program Generate(uint64_t seed) {
     if (layout == 8 && r >= 1) spec.layout = Layout::kStrided;
     if (layout == 9 && r >= 1) spec.layout = Layout::kExpanded;
     spec.requires_grad =
-        spec.layout == Layout::kContiguous && at::isFloatingType(spec.dtype) && Chance(rng, 0.1);
+        spec.layout == Layout::kContiguous && at::isFloatingType(spec.dtype) && Chance(rng, 0.25);
     p.args.push_back(spec);
   }
   if (Chance(rng, 0.3)) {
