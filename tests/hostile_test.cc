@@ -4,6 +4,7 @@
 // (Truncated/foreign cached libraries: tests/runtime/cpp_backend_test.cc, CorruptCachedLibraryIsRebuilt.)
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +219,44 @@ TEST_P(Hostile, OtherDtypesAndLayoutsMissAndMatchEager) {
   ExpectSameAsEager(f, fn, {x, torch::randn({5, 4})});  // broadcast error in eager
 }
 
+// Another device: meta tensors (shapes without storage, the only non-CPU device a CPU build of
+// LibTorch has) after a CPU entry must miss, never run a CPU kernel on them, and give eager's
+// meta result; a mix of devices raises as eager does.
+TEST_P(Hostile, MetaDeviceTensorsMissAndMatchEager) {
+  warden::Fn fn = AddMul;
+  auto f = warden::compile(fn, Opts(GetParam()));
+  const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 4});
+  ExpectSameAsEager(f, fn, {x, y});
+  ExpectSameAsEager(f, fn, {x, y});
+  const int64_t hits = f.stats().cache_hits;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<at::Tensor> got = f({x.to(at::kMeta), y.to(at::kMeta)});
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(got[0].is_meta());
+    EXPECT_EQ(got[0].sizes(), x.sizes());
+    EXPECT_EQ(got[0].scalar_type(), at::kFloat);
+  }
+  EXPECT_EQ(f.stats().cache_hits, hits + 1) << "the first meta call must miss, the second hit its own entry";
+  ExpectSameAsEager(f, fn, {x, y});
+  std::string eager_error;
+  try {
+    fn({x, y.to(at::kMeta)});
+  } catch (const c10::Error& e) {
+    eager_error = e.what_without_backtrace();
+  }
+  if (eager_error.empty()) {
+    EXPECT_TRUE(f({x, y.to(at::kMeta)})[0].is_meta());
+  } else {
+    try {
+      f({x, y.to(at::kMeta)});
+      ADD_FAILURE() << "eager raised \"" << eager_error << "\", Warden returned";
+    } catch (const c10::Error& e) {
+      EXPECT_EQ(e.what_without_backtrace(), eager_error);
+    }
+  }
+  ExpectSameAsEager(f, fn, {x, y});
+}
+
 // Note [Exceptions during tracing]: the user's exception reaches the caller unchanged and leaves
 // no entry behind; a later call that does not throw compiles normally.
 TEST_P(Hostile, ExceptionDuringTracingLeavesNoEntry) {
@@ -340,6 +379,29 @@ TEST(CacheFaults, CacheDirectoryRejectsWrites) {
   fs::create_directory_symlink("/proc/self/fdinfo", root + "/kernels");
   ScopedEnv env("WARDEN_CACHE_DIR", root);
   ExpectServesCorrectly();
+}
+
+// A full disk: every write past 4 KiB fails (RLIMIT_FSIZE with SIGXFSZ ignored makes write()
+// return EFBIG, in this process and in the compiler it spawns), so kernel sources and libraries
+// cannot be written whole. Warden must serve eager's results and leave no partial library.
+TEST(CacheFaults, DiskFullDuringCompile) {
+  const std::string root = CacheRoot("full");
+  ScopedEnv env("WARDEN_CACHE_DIR", root);
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct sigaction ignore {}, old_action {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old_action), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  ExpectServesCorrectly();
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &old_action, nullptr), 0);
+  EXPECT_EQ(CountFiles(root, ".so"), 0) << "a partial library was left where a later process would load it";
+  // With room again, a fresh function compiles and serves kernels normally.
+  ExpectServesCorrectly();
+  EXPECT_EQ(CountFiles(root, ".so"), 1);
 }
 
 // A compiler that is killed (SIGKILL) mid-compile after writing half an output file.
