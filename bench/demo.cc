@@ -1,11 +1,12 @@
 // The project's demo job: an inference loop over an MLP + attention block with varying batch
-// sizes, run eagerly and through warden::compile (backend "aten", automatic dynamic shapes by
-// default, like torch.compile's dynamic=None). It first checks
+// sizes, run eagerly and through warden::compile (the default backend "cpp", automatic dynamic
+// shapes by default, like torch.compile's dynamic=None). It first checks
 // that Warden returns what eager returns for every batch size (exit 1 if not), then times both
 // on the same inputs and prints calls, compiles, hits, recompile reasons, guards and medians,
 // and at the end a short summary (speedup on cache hits, compiles, recompile reasons).
 //
 //   bazel run //bench:demo -- [--calls=200] [--d=64] [--seq=16] [--dynamic=auto|static|dynamic]
+//                             [--backend=cpp|aten]
 #include <time.h>
 
 #include <chrono>
@@ -32,6 +33,7 @@ struct Flags {
   int64_t seq = 16;
   warden::Dynamic dynamic = warden::Dynamic::kAuto;  // --dynamic=auto|static|dynamic
   const char* dynamic_name = "auto";
+  std::string backend = "cpp";  // --backend=cpp|aten
 };
 
 bool ParseInt(const char* arg, const char* name, int64_t* out) {
@@ -62,9 +64,12 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--dynamic=dynamic") == 0) {
       f.dynamic = warden::Dynamic::kDynamic;
       f.dynamic_name = "dynamic";
+    } else if (std::strcmp(argv[i], "--backend=cpp") == 0 || std::strcmp(argv[i], "--backend=aten") == 0) {
+      f.backend = argv[i] + std::strlen("--backend=");
     } else if (ParseInt(argv[i], "--d", &f.d) || ParseInt(argv[i], "--seq", &f.seq)) {
     } else {
-      std::fprintf(stderr, "usage: demo [--calls=N] [--d=N] [--seq=N] [--dynamic=auto|static|dynamic]\n");
+      std::fprintf(stderr,
+                   "usage: demo [--calls=N] [--d=N] [--seq=N] [--dynamic=auto|static|dynamic] [--backend=cpp|aten]\n");
       std::exit(2);
     }
   }
@@ -125,11 +130,13 @@ int main(int argc, char** argv) {
     if (std::find(distinct.begin(), distinct.end(), b) == distinct.end()) distinct.push_back(b);
   }
 
-  warden::Options options = warden::bench::StaticAten("mlp_attention");
+  warden::Options options;
+  options.name = "mlp_attention";
+  options.backend = flags.backend;
   options.dynamic = flags.dynamic;
-  std::printf("warden demo: mlp_attention, x = [batch, %lld, %lld], %d calls, dynamic=%s, batch sizes {",
+  std::printf("warden demo: mlp_attention, x = [batch, %lld, %lld], %d calls, backend=%s, dynamic=%s, batch sizes {",
               static_cast<long long>(flags.seq), static_cast<long long>(flags.d), flags.calls,
-              flags.dynamic_name);
+              flags.backend.c_str(), flags.dynamic_name);
   for (size_t i = 0; i < distinct.size(); ++i) {
     std::printf("%s%lld", i ? ", " : "", static_cast<long long>(distinct[i]));
   }
