@@ -366,113 +366,87 @@ const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
   return *table;
 }
 
-// The reduction `node` is, if it is one the fuser can run (over the last dim of an f32/f64
-// tensor, no dtype conversion), else kNone.
-ReductionKind ReductionOf(const Graph& g, const Node& node) {
+// A reduction the fuser can run (Note [Row reductions]): its kind (kNone if none), the reduced dim
+// (normalized) and keepdim.
+struct ReductionInfo {
+  ReductionKind kind = ReductionKind::kNone;
+  int dim = -1;
+  bool keepdim = false;
+};
+
+bool FullShaped(ReductionKind k) {
+  return k == ReductionKind::kSoftmax || k == ReductionKind::kLogSoftmax || k == ReductionKind::kLayerNorm;
+}
+
+// The reduction `node` is, if it is one the fuser can run (over one dim of an f32/f64 tensor, no
+// dtype conversion).
+ReductionInfo ReductionOf(const Graph& g, const Node& node) {
+  ReductionInfo none;
   auto it = ReductionTable().find(node.op);
-  if (it == ReductionTable().end() || !node.handle || node.mutates) return ReductionKind::kNone;
+  if (it == ReductionTable().end() || !node.handle || node.mutates) return none;
   const ReductionDef& def = it->second;
   if (node.args.size() != static_cast<size_t>(def.args) || node.returns.size() != 1 ||
       node.returns[0].kind != NodeReturn::Kind::kTensor || node.returns[0].values.size() != 1 ||
       node.args[0].kind != NodeArg::Kind::kValue) {
-    return ReductionKind::kNone;
+    return none;
   }
   const Value& out = g.value(node.returns[0].values[0]);
   const TensorMeta& im = g.value(node.args[0].value).meta;
   const TensorMeta& m = out.meta;
-  if (im.sizes.empty() || im.sizes.back() < 1 || im.dtype != m.dtype ||
+  if (im.sizes.empty() || im.dtype != m.dtype ||
       (m.dtype != ScalarType::Float && m.dtype != ScalarType::Double) || !m.device.is_cpu() ||
       !im.device.is_cpu() || m.requires_grad || im.requires_grad || out.alias_of != tracer::kNoValue ||
       !IsContiguous(m.sizes, m.strides) || im.strides.size() != im.sizes.size()) {
-    return ReductionKind::kNone;
+    return none;
   }
+  const int64_t rank = static_cast<int64_t>(im.sizes.size());
   if (def.kind == ReductionKind::kLayerNorm) {
     // layer_norm(input, normalized_shape=[C], weight?, bias?, eps, cudnn_enable)
     const NodeArg& shape = node.args[1];
-    if (shape.kind != NodeArg::Kind::kConstant || !shape.constant.isIntList() ||
+    if (im.sizes.back() < 1 || shape.kind != NodeArg::Kind::kConstant || !shape.constant.isIntList() ||
         shape.constant.toIntList().size() != 1 || shape.constant.toIntList().get(0) != im.sizes.back() ||
         node.args[4].kind != NodeArg::Kind::kConstant || !node.args[4].constant.isDouble()) {
-      return ReductionKind::kNone;
+      return none;
     }
     for (int a : {2, 3}) {
       const NodeArg& wb = node.args[a];
       if (wb.kind == NodeArg::Kind::kConstant && wb.constant.isNone()) continue;
-      if (wb.kind != NodeArg::Kind::kValue) return ReductionKind::kNone;
+      if (wb.kind != NodeArg::Kind::kValue) return none;
       const TensorMeta& wm = g.value(wb.value).meta;
       if (wm.sizes != std::vector<int64_t>{im.sizes.back()} || wm.dtype != m.dtype || !wm.device.is_cpu() ||
           wm.requires_grad || wm.strides.size() != 1) {
-        return ReductionKind::kNone;
+        return none;
       }
     }
-    return def.kind;
+    return {def.kind, static_cast<int>(rank - 1), false};
   }
   for (size_t a = 1; a < node.args.size(); ++a) {
-    if (node.args[a].kind != NodeArg::Kind::kConstant) return ReductionKind::kNone;
+    if (node.args[a].kind != NodeArg::Kind::kConstant) return none;
   }
   const c10::IValue& dim = node.args[1].constant;
   int64_t d;
   if (def.dim_list) {
-    if (!dim.isIntList() || dim.toIntList().size() != 1) return ReductionKind::kNone;
+    if (!dim.isIntList() || dim.toIntList().size() != 1) return none;
     d = dim.toIntList().get(0);
   } else {
-    if (!dim.isInt()) return ReductionKind::kNone;
+    if (!dim.isInt()) return none;
     d = dim.toInt();
   }
-  const int64_t rank = static_cast<int64_t>(im.sizes.size());
   if (d < 0) d += rank;
-  if (d != rank - 1) return ReductionKind::kNone;
+  if (d < 0 || d >= rank || im.sizes[d] < 1) return none;
   const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None) or half_to_float
-  if (!(last.isNone() || (last.isBool() && !last.toBool()))) return ReductionKind::kNone;
-  if (def.args == 4 && !node.args[2].constant.isBool()) return ReductionKind::kNone;  // keepdim
-  if (def.args == 3 && def.dim_list && !node.args[2].constant.isBool()) return ReductionKind::kNone;
-  return def.kind;
-}
-
-// The statements after the elementwise loop of a row-reduction region (Note [Row reductions]).
-std::string ReductionTail(ReductionKind kind, ScalarType t, int out, const std::string& weight = "",
-                          const std::string& bias = "", double eps = 0) {
-  const char* T = CType(t);
-  const std::string y = absl::StrCat("out", out);
-  const std::string nan = t == ScalarType::Float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
-  const char* f = t == ScalarType::Float ? "f" : "";
-  switch (kind) {
-    case ReductionKind::kAmax:
-      return absl::StrCat("    ", y, "[lin / inner] = nan ? ", nan, " : m;\n");
-    case ReductionKind::kSum:
-      return absl::StrCat("    ", y, "[lin / inner] = acc;\n");
-    case ReductionKind::kMean:
-      return absl::StrCat("    ", y, "[lin / inner] = acc / static_cast<", T, ">(inner);\n");
-    case ReductionKind::kSoftmax:
-      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
-                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) {\n",
-                          "      const ", T, " e = exp", f, "(", y, "[lin + j] - m);\n      ", y,
-                          "[lin + j] = e;\n      sum += e;\n    }\n    const ", T, " scale = 1 / sum;\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] *= scale;\n");
-    case ReductionKind::kLogSoftmax:
-      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
-                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) sum += exp", f,
-                          "(", y, "[lin + j] - m);\n    const ", T, " log_sum = log", f, "(sum);\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y,
-                          "[lin + j] = ", y, "[lin + j] - m - log_sum;\n");
-    case ReductionKind::kLayerNorm: {
-      // LayerNormKernel.cpp: rstd = 1 / sqrt(var + eps); y = (x * rstd + -rstd * mean) * w + b.
-      std::string y_j = absl::StrCat("(", y, "[lin + j] * rstd + shift)");
-      if (!weight.empty()) y_j = absl::StrCat("(", y_j, " * ", weight, ")");
-      if (!bias.empty()) y_j = absl::StrCat("(", y_j, " + ", bias, ")");
-      return absl::StrCat("    const ", T, " mean = acc / static_cast<", T, ">(inner);\n    ", T, " var = 0;\n",
-                          "#pragma omp simd reduction(+:var)\n    for (int64_t j = j0; j < j1; ++j) {\n",
-                          "      const ", T, " d = ", y, "[lin + j] - mean;\n      var += d * d;\n    }\n",
-                          "    const ", T, " rstd = 1 / __builtin_sqrt", f, "(var / static_cast<", T, ">(inner) + ",
-                          LiteralOf(eps, t), ");\n    const ", T, " shift = -rstd * mean;\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] = ", y_j, ";\n");
-    }
-    case ReductionKind::kNone:
-      break;
+  if (!(last.isNone() || (last.isBool() && !last.toBool()))) return none;
+  bool keepdim = false;
+  if (def.dim_list) {  // sum/mean (self, dim, keepdim, dtype), amax (self, dim, keepdim)
+    if (!node.args[2].constant.isBool()) return none;
+    keepdim = node.args[2].constant.toBool();
   }
-  return "";
+  return {def.kind, static_cast<int>(d), keepdim};
 }
 
-std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
+// The signature, sizes and strides (literals when static, else params; the innermost strides are
+// always literals) and the typed in/out pointers of a region's kernel.
+std::string KernelHead(const Graph& g, const PointwiseRegion& r) {
   const Layout& L = r.layout;
   const int dims = static_cast<int>(L.sizes.size());
   const int ins = static_cast<int>(r.inputs.size());
@@ -483,7 +457,6 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
                                ": ", absl::StrJoin(ops, ", "), "\n");
   absl::StrAppend(&s, "extern \"C\" void ", r.function,
                   "(const void** in, void** out, const int64_t* params, int64_t begin, int64_t end) {\n");
-  // Sizes and strides: literals when static, else params (innermost strides always literals).
   int param = 0;
   auto size_or_param = [&](int64_t traced, bool literal) {
     return literal ? absl::StrCat(traced) : absl::StrCat("params[", param++, "]");
@@ -508,39 +481,27 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
     absl::StrAppend(&s, "  ", CType(t), "* __restrict out", k, " = static_cast<", CType(t), "*>(out[",
                     k, "]);  // ", CanonicalName(g, r.outputs[k]), "\n");
   }
-  // The innermost loop over [j0, j1) of the row starting at linear index `lin`, input k at o<k>.
-  std::vector<std::string> offsets;
-  for (int k = 0; k < ins; ++k) offsets.push_back(absl::StrCat("int64_t o", k));
-  absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n  (void)inner;\n");
-  absl::StrAppend(&s, "  auto row = [&](int64_t lin, ", absl::StrJoin(offsets, ", "), ins ? ", " : "",
-                  "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n");
-  // A row reduction consumes the value `reduced` of every element in the same loop.
-  const bool reduces = r.reduction != ReductionKind::kNone;
-  const Node* reduction = reduces ? &g.nodes[r.nodes.back()] : nullptr;
-  const ValueId reduced = reduces ? reduction->args[0].value : tracer::kNoValue;
-  const ScalarType rt = reduces ? g.value(reduced).meta.dtype : ScalarType::Float;
-  const bool max_like = r.reduction == ReductionKind::kAmax || r.reduction == ReductionKind::kSoftmax ||
-                        r.reduction == ReductionKind::kLogSoftmax;
-  if (max_like) {
-    absl::StrAppend(&s, "    ", CType(rt), " m = -", rt == ScalarType::Float ? "__builtin_inff()" : "__builtin_inf()",
-                    ";\n    int nan = 0;  // not bool: a bool reduction keeps the loop from vectorizing well\n"
-                    "#pragma omp simd reduction(max:m) reduction(|:nan)\n");
-  } else if (reduces) {
-    absl::StrAppend(&s, "    ", CType(rt), " acc = 0;\n#pragma omp simd reduction(+:acc)\n");
-  } else {
-    absl::StrAppend(&s, "#pragma omp simd\n");
-  }
-  absl::StrAppend(&s, "    for (int64_t j = j0; j < j1; ++j) {\n");
-  for (int k = 0; k < ins; ++k) {
-    const int64_t inner = L.strides[k][dims - 1];
-    const std::string index = inner == 0   ? absl::StrCat("o", k)
-                              : inner == 1 ? absl::StrCat("o", k, " + j")
-                                           : absl::StrCat("o", k, " + j * t", k, "_", dims - 1);
-    absl::StrAppend(&s, "      const ", CType(g.value(r.inputs[k]).meta.dtype), " v", r.inputs[k], " = in",
-                    k, "[", index, "];\n");
-  }
-  for (int index : r.nodes) {
-    if (reduces && index == r.nodes.back()) break;
+  return s;
+}
+
+// `const T v<id> = in<k>[o<k> + ...];` for input k: `r_term` adds the reduced dim's stride times
+// r (column reductions), `j` (if not empty) the innermost stride times j.
+std::string Load(const Graph& g, const PointwiseRegion& r, int k, const std::string& indent,
+                 bool r_term, const std::string& j) {
+  const int dims = static_cast<int>(r.layout.sizes.size());
+  std::string index = absl::StrCat("o", k);
+  if (r_term) absl::StrAppend(&index, " + r * t", k, "_", r.outer_dims);
+  const int64_t inner = r.layout.strides[k][dims - 1];
+  if (!j.empty() && inner == 1) absl::StrAppend(&index, " + ", j);
+  if (!j.empty() && inner != 0 && inner != 1) absl::StrAppend(&index, " + ", j, " * t", k, "_", dims - 1);
+  return absl::StrCat(indent, "const ", CType(g.value(r.inputs[k]).meta.dtype), " v", r.inputs[k], " = in",
+                      k, "[", index, "];\n");
+}
+
+// The statements computing the elementwise `nodes` (in order) from the values v<id> in scope.
+std::string NodeStatements(const Graph& g, const std::vector<int>& nodes, const std::string& indent) {
+  std::string s;
+  for (int index : nodes) {
     const Node& node = g.nodes[index];
     const OpDef& def = OpTable().at(node.op);
     Operands o;
@@ -569,47 +530,65 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
     if (out_dtype != o.dtype && def.kind != Kind::kCompare) {
       expr = absl::StrCat("static_cast<", CType(out_dtype), ">(", expr, ")");
     }
-    absl::StrAppend(&s, "      const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
+    absl::StrAppend(&s, indent, "const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
                     CanonicalName(g, out), " = ", node.op, "\n");
   }
-  int reduction_out = -1;
+  return s;
+}
+
+// The tensor operands of `nodes` that are region inputs, as indices into r.inputs (an operand of
+// the reduced shape with keepdim=false is the input unsqueezed for it).
+std::vector<int> InputsOf(const Graph& g, const PointwiseRegion& r, const std::vector<int>& nodes, int unsqueeze) {
+  std::vector<int> ks;
+  for (int index : nodes) {
+    const Node& n = g.nodes[index];
+    const bool is_reduction = index == r.reduction_node;
+    const int tensors = is_reduction ? static_cast<int>(n.args.size()) : OpTable().at(n.op).tensors;
+    for (int a = 0; a < tensors; ++a) {
+      if (n.args[a].kind != NodeArg::Kind::kValue || (is_reduction && a > 0)) continue;
+      for (size_t k = 0; k < r.inputs.size(); ++k) {
+        if (r.inputs[k] == n.args[a].value && r.input_unsqueeze[k] == unsqueeze &&
+            std::find(ks.begin(), ks.end(), static_cast<int>(k)) == ks.end()) {
+          ks.push_back(static_cast<int>(k));
+        }
+      }
+    }
+  }
+  return ks;
+}
+
+// `out<k>[index] = v<id>;` for every output of r produced by `nodes`.
+std::string Stores(const PointwiseRegion& r, const Graph& g, const std::vector<int>& nodes,
+                   const std::string& index, const std::string& indent) {
+  std::string s;
   for (size_t k = 0; k < r.outputs.size(); ++k) {
-    if (reduces && r.outputs[k] == reduction->returns[0].values[0]) {
-      reduction_out = static_cast<int>(k);
-      continue;
-    }
-    absl::StrAppend(&s, "      out", k, "[lin + j] = v", r.outputs[k], ";\n");
+    const Value& v = g.value(r.outputs[k]);
+    if (std::find(nodes.begin(), nodes.end(), v.node) == nodes.end()) continue;
+    absl::StrAppend(&s, indent, "out", k, "[", index, "] = v", r.outputs[k], ";\n");
   }
-  if (max_like) {
-    absl::StrAppend(&s, "      m = v", reduced, " > m ? v", reduced, " : m;  // ", reduction->op,
-                    "\n      nan |= v", reduced, " != v", reduced, ";\n");
-    if (r.reduction != ReductionKind::kAmax) {
-      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
-    }
-  } else if (reduces) {
-    absl::StrAppend(&s, "      acc += v", reduced, ";  // ", reduction->op, "\n");
-    if (r.reduction == ReductionKind::kLayerNorm) {
-      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
-    }
-  }
-  std::string tail;
-  if (r.reduction == ReductionKind::kLayerNorm) {
-    // Weight and bias are region inputs of shape [C]: element j of the row.
-    auto element = [&](const NodeArg& a) -> std::string {
-      if (a.kind != NodeArg::Kind::kValue) return "";
-      const int k = static_cast<int>(std::find(r.inputs.begin(), r.inputs.end(), a.value) - r.inputs.begin());
-      return absl::StrCat("in", k, "[o", k, " + j * t", k, "_", dims - 1, "]");
-    };
-    tail = ReductionTail(r.reduction, rt, reduction_out, element(reduction->args[2]), element(reduction->args[3]),
-                         reduction->args[4].constant.toDouble());
-  } else if (reduces) {
-    tail = ReductionTail(r.reduction, rt, reduction_out);
-  }
-  absl::StrAppend(&s, "    }\n", tail, "  };\n");
+  return s;
+}
+
+// Pointwise region (Note [Pointwise regions]).
+std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
+  const Layout& L = r.layout;
+  const int dims = static_cast<int>(L.sizes.size());
+  const int ins = static_cast<int>(r.inputs.size());
+  std::string s = KernelHead(g, r);
+  // The innermost loop over [j0, j1) of the row starting at linear index `lin`, input k at o<k>.
+  std::vector<std::string> offsets;
+  for (int k = 0; k < ins; ++k) offsets.push_back(absl::StrCat("int64_t o", k));
+  absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n  (void)inner;\n");
+  absl::StrAppend(&s, "  auto row = [&](int64_t lin, ", absl::StrJoin(offsets, ", "), ins ? ", " : "",
+                  "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n");
+  absl::StrAppend(&s, "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) {\n");
+  for (int k = 0; k < ins; ++k) absl::StrAppend(&s, Load(g, r, k, "      ", false, "j"));
+  absl::StrAppend(&s, NodeStatements(g, r.nodes, "      "), Stores(r, g, r.nodes, "lin + j", "      "),
+                  "    }\n  };\n");
 
   std::vector<std::string> zeros(ins, "0");
   const std::string zero_offsets = absl::StrCat(absl::StrJoin(zeros, ", "), ins ? ", " : "");
-  if (dims == 1 && !reduces) {
+  if (dims == 1) {
     if (r.static_layout) {
       // The whole range in one call (small tensors, one thread): literal bounds, so g++ can unroll.
       absl::StrAppend(&s, "  if (begin == 0 && end == s0) {\n    row(0, ", zero_offsets,
@@ -635,6 +614,226 @@ std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
   return s;
 }
 
+// `o<k> += i * t<k>_<d>` for layout dims [first, last) (from the last), taking i from `rest`.
+std::string Offsets(int ins, int first, int last, const std::string& indent) {
+  std::string s;
+  for (int d = last - 1; d >= first; --d) {
+    absl::StrAppend(&s, indent, "{\n", indent, "  const int64_t i = rest % s", d, ";\n", indent, "  rest /= s", d,
+                    ";\n");
+    for (int k = 0; k < ins; ++k) absl::StrAppend(&s, indent, "  o", k, " += i * t", k, "_", d, ";\n");
+    absl::StrAppend(&s, indent, "}\n");
+  }
+  return s;
+}
+
+// Columns per block of a column reduction (Note [Row reductions]).
+constexpr int kColumns = 64;
+
+// Reduction region (Note [Row reductions]).
+std::string ReductionSource(const Graph& g, const PointwiseRegion& r) {
+  const int dims = static_cast<int>(r.layout.sizes.size());
+  const int ins = static_cast<int>(r.inputs.size());
+  const int ra = r.outer_dims;
+  const bool columns = ra < dims - 1;
+  const Node& red = g.nodes[r.reduction_node];
+  const ValueId x = red.args[0].value, y = red.returns[0].values[0];
+  const ScalarType t = g.value(x).meta.dtype;
+  const char* T = CType(t);
+  const char* f = t == ScalarType::Float ? "f" : "";
+  const std::string nan = t == ScalarType::Float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+  const std::string inf = t == ScalarType::Float ? "__builtin_inff()" : "__builtin_inf()";
+  const bool full = FullShaped(r.reduction);
+  const bool max_like = r.reduction == ReductionKind::kAmax || r.reduction == ReductionKind::kSoftmax ||
+                        r.reduction == ReductionKind::kLogSoftmax;
+  std::vector<int> prologue, epilogue;
+  for (int n : r.nodes) {
+    if (n < r.reduction_node) prologue.push_back(n);
+    if (n > r.reduction_node) epilogue.push_back(n);
+  }
+  std::vector<int> with_reduction = prologue;
+  with_reduction.push_back(r.reduction_node);
+  const std::vector<int> in_prologue = InputsOf(g, r, with_reduction, -1);
+  const std::vector<int> in_epilogue = InputsOf(g, r, epilogue, full || r.keepdim ? -1 : r.reduced_dim);
+  int y_out = -1;
+  for (size_t k = 0; k < r.outputs.size(); ++k) {
+    if (r.outputs[k] == y) y_out = static_cast<int>(k);
+  }
+  const bool scratch = full && y_out < 0;
+
+  std::string s = KernelHead(g, r);
+  absl::StrAppend(&s, "  const int64_t R = s", ra, ";\n");
+  // Indices: a full-shaped element (`at`), a line (`line_at`), the row buffer (`buf_at`).
+  std::string at, line_at, buf_at, lane, lane_loop;
+  if (columns) {
+    absl::StrAppend(&s, "  const int64_t cols = s", dims - 1, ";\n  const int64_t inner = ");
+    for (int d = ra + 1; d < dims; ++d) absl::StrAppend(&s, d > ra + 1 ? " * " : "", "s", d);
+    absl::StrAppend(&s, ";\n");
+    if (scratch) {
+      absl::StrAppend(&s, "  ", T, "* const scratch = static_cast<", T, "*>(malloc(R * ", kColumns, " * sizeof(",
+                      T, ")));\n  if (scratch == 0) __builtin_trap();\n");
+    }
+    absl::StrAppend(&s, "  for (int64_t line = begin; line < end;) {\n",
+                    "    const int64_t oi = line / inner, ii = line % inner;\n",
+                    "    const int64_t ih = ii / cols, j0 = ii % cols;\n",
+                    "    const int64_t j1 = cols - j0 < end - line ? cols : j0 + (end - line);\n");
+    for (int k = 0; k < ins; ++k) absl::StrAppend(&s, "    int64_t o", k, " = 0;\n");
+    absl::StrAppend(&s, "    int64_t rest = oi;\n", Offsets(ins, 0, ra, "    "), "    rest = ih;\n",
+                    Offsets(ins, ra + 1, dims - 1, "    "), "    (void)rest;\n");
+    absl::StrAppend(&s, "    for (int64_t cb = j0; cb < j1; cb += ", kColumns, ") {\n",
+                    "      const int64_t nc = j1 - cb < ", kColumns, " ? j1 - cb : ", kColumns, ";\n",
+                    "      const int64_t lin = oi * inner + ih * cols + cb;\n",
+                    "      const int64_t base = oi * R * inner + ih * cols + cb;\n      (void)lin;\n      (void)base;\n");
+    if (full) {
+      absl::StrAppend(&s, "      ", T, "* const buf = ",
+                      scratch ? "scratch" : absl::StrCat("out", y_out, " + base"), ";\n",
+                      "      const int64_t bs = ", scratch ? absl::StrCat(kColumns) : "inner", ";\n");
+    }
+    at = "base + r * inner + c";
+    line_at = "lin + c";
+    buf_at = "r * bs + c";
+    lane = "[c]";
+    lane_loop = "      for (int64_t c = 0; c < nc; ++c) ";
+  } else {
+    if (scratch) {
+      absl::StrAppend(&s, "  ", T, "* const scratch = static_cast<", T, "*>(malloc(R * sizeof(", T,
+                      ")));\n  if (scratch == 0) __builtin_trap();\n");
+    }
+    absl::StrAppend(&s, "  for (int64_t line = begin; line < end; ++line) {\n");
+    for (int k = 0; k < ins; ++k) absl::StrAppend(&s, "    int64_t o", k, " = 0;\n");
+    absl::StrAppend(&s, "    int64_t rest = line;\n", Offsets(ins, 0, ra, "    "), "    (void)rest;\n",
+                    "    const int64_t base = line * R;\n    (void)base;\n");
+    if (full) {
+      absl::StrAppend(&s, "    ", T, "* const buf = ", scratch ? "scratch" : absl::StrCat("out", y_out, " + base"),
+                      ";\n");
+    }
+    at = "base + j";
+    line_at = "line";
+    buf_at = "j";
+  }
+  // The loop over the reduced dim (and, for columns, the block), vectorized innermost.
+  auto open_loop = [&](const std::string& reduction_clause) {
+    if (columns) {
+      return absl::StrCat("      for (int64_t r = 0; r < R; ++r) {\n#pragma omp simd\n",
+                          "        for (int64_t c = 0; c < nc; ++c) {\n");
+    }
+    return absl::StrCat("#pragma omp simd", reduction_clause, "\n    for (int64_t j = 0; j < R; ++j) {\n");
+  };
+  const std::string close_loop = columns ? "        }\n      }\n" : "    }\n";
+  const std::string body = columns ? "          " : "      ";
+  const std::string j = columns ? "(cb + c)" : "j";
+
+  // Pass 1: the prologue and the reduction.
+  const std::string m = absl::StrCat("m", lane), nan_flag = absl::StrCat("nan", lane), acc = absl::StrCat("acc", lane);
+  if (columns) {
+    if (max_like) {
+      absl::StrAppend(&s, "      ", T, " m[", kColumns, "];\n      int nan[", kColumns, "];\n", lane_loop, "{\n        m[c] = -",
+                      inf, ";\n        nan[c] = 0;\n      }\n");
+    } else {
+      absl::StrAppend(&s, "      ", T, " acc[", kColumns, "];\n", lane_loop, "acc[c] = 0;\n");
+    }
+  } else if (max_like) {
+    absl::StrAppend(&s, "    ", T, " m = -", inf,
+                    ";\n    int nan = 0;  // not bool: a bool reduction keeps the loop from vectorizing well\n");
+  } else {
+    absl::StrAppend(&s, "    ", T, " acc = 0;\n");
+  }
+  absl::StrAppend(&s, open_loop(columns ? "" : max_like ? " reduction(max:m) reduction(|:nan)" : " reduction(+:acc)"));
+  for (int k : in_prologue) absl::StrAppend(&s, Load(g, r, k, body, columns, j));
+  absl::StrAppend(&s, NodeStatements(g, prologue, body), Stores(r, g, prologue, at, body));
+  if (max_like) {
+    absl::StrAppend(&s, body, m, " = v", x, " > ", m, " ? v", x, " : ", m, ";  // ", red.op, "\n", body, nan_flag,
+                    " |= v", x, " != v", x, ";\n");
+  } else {
+    absl::StrAppend(&s, body, acc, " += v", x, ";  // ", red.op, "\n");
+  }
+  if (full) absl::StrAppend(&s, body, "buf[", buf_at, "] = v", x, ";\n");
+  absl::StrAppend(&s, close_loop);
+
+  // The epilogue's loads, statements and stores for one element (full) or line (reduced).
+  auto epilogue_body = [&](const std::string& indent, const std::string& index, bool r_term,
+                           const std::string& jj) {
+    std::string e;
+    for (int k : in_epilogue) absl::StrAppend(&e, Load(g, r, k, indent, r_term, jj));
+    absl::StrAppend(&e, NodeStatements(g, epilogue, indent), Stores(r, g, epilogue, index, indent));
+    return e;
+  };
+  const std::string buf = absl::StrCat("buf[", buf_at, "]");
+  std::string result;  // full-shaped ops: v<y> from buf in the last pass
+  const std::string R = absl::StrCat("static_cast<", T, ">(R)");
+  switch (r.reduction) {
+    case ReductionKind::kAmax:
+    case ReductionKind::kSum:
+    case ReductionKind::kMean: {
+      const std::string value = r.reduction == ReductionKind::kAmax
+                                    ? absl::StrCat(nan_flag, " ? ", nan, " : ", m)
+                                    : r.reduction == ReductionKind::kSum ? acc : absl::StrCat(acc, " / ", R);
+      const std::string indent = columns ? "        " : "    ";
+      if (columns) absl::StrAppend(&s, "#pragma omp simd\n", lane_loop, "{\n");
+      absl::StrAppend(&s, indent, "const ", T, " v", y, " = ", value, ";  // ", CanonicalName(g, y), "\n");
+      if (y_out >= 0) absl::StrAppend(&s, indent, "out", y_out, "[", line_at, "] = v", y, ";\n");
+      absl::StrAppend(&s, epilogue_body(indent, line_at, false, columns ? j : ""));
+      if (columns) absl::StrAppend(&s, "      }\n");
+      break;
+    }
+    case ReductionKind::kSoftmax:
+    case ReductionKind::kLogSoftmax: {
+      const bool log = r.reduction == ReductionKind::kLogSoftmax;
+      const std::string sum = absl::StrCat("sum", lane);
+      if (columns) {
+        absl::StrAppend(&s, "      ", T, " sum[", kColumns, "];\n", lane_loop, "{\n        if (nan[c]) m[c] = ", nan,
+                        ";\n        sum[c] = 0;\n      }\n");
+      } else {
+        absl::StrAppend(&s, "    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n");
+      }
+      absl::StrAppend(&s, open_loop(" reduction(+:sum)"));
+      if (log) {
+        absl::StrAppend(&s, body, sum, " += exp", f, "(", buf, " - ", m, ");\n");
+      } else {
+        absl::StrAppend(&s, body, "const ", T, " e = exp", f, "(", buf, " - ", m, ");\n", body, buf, " = e;\n", body,
+                        sum, " += e;\n");
+      }
+      absl::StrAppend(&s, close_loop);
+      // softmax: sum becomes 1 / sum, log_softmax: log(sum).
+      absl::StrAppend(&s, columns ? lane_loop : "    ", sum, " = ", log ? absl::StrCat("log", f, "(", sum, ")")
+                                                                     : absl::StrCat("1 / ", sum), ";\n");
+      result = log ? absl::StrCat(buf, " - ", m, " - ", sum) : absl::StrCat(buf, " * ", sum);
+      break;
+    }
+    case ReductionKind::kLayerNorm: {
+      // LayerNormKernel.cpp: rstd = 1 / sqrt(var + eps); y = (x * rstd + -rstd * mean) * w + b.
+      absl::StrAppend(&s, "    const ", T, " mean = acc / ", R, ";\n    ", T, " var = 0;\n", open_loop(" reduction(+:var)"),
+                      body, "const ", T, " d = ", buf, " - mean;\n", body, "var += d * d;\n", close_loop,
+                      "    const ", T, " rstd = 1 / __builtin_sqrt", f, "(var / ", R, " + ",
+                      LiteralOf(red.args[4].constant.toDouble(), t), ");\n    const ", T, " shift = -rstd * mean;\n");
+      result = absl::StrCat("(", buf, " * rstd + shift)");
+      for (int a : {2, 3}) {
+        if (red.args[a].kind != NodeArg::Kind::kValue) continue;
+        int k = 0;
+        while (r.inputs[k] != red.args[a].value || r.input_unsqueeze[k] != -1) ++k;
+        const int64_t st = r.layout.strides[k][dims - 1];
+        const std::string w = absl::StrCat("in", k, "[o", k, st == 0 ? "" : absl::StrCat(" + j * t", k, "_", dims - 1), "]");
+        result = absl::StrCat("(", result, a == 2 ? " * " : " + ", w, ")");
+      }
+      break;
+    }
+    case ReductionKind::kNone:
+      break;
+  }
+  if (full) {  // the last pass: the result, the epilogue, the stores
+    absl::StrAppend(&s, open_loop(""), body, "const ", T, " v", y, " = ", result, ";  // ", CanonicalName(g, y), "\n");
+    if (y_out >= 0) absl::StrAppend(&s, body, buf, " = v", y, ";\n");
+    absl::StrAppend(&s, epilogue_body(body, at, columns, j), close_loop);
+  }
+  if (columns) {
+    absl::StrAppend(&s, "    }\n    line += j1 - j0;\n  }\n");
+  } else {
+    absl::StrAppend(&s, "  }\n");
+  }
+  if (scratch) absl::StrAppend(&s, "  free(scratch);\n");
+  absl::StrAppend(&s, "}\n");
+  return s;
+}
+
 // Declarations instead of <math.h>: with glibc >= 2.35 on x86-64 these carry the SIMD attribute
 // that glibc's own header only adds under -ffast-math, so GCC calls libmvec's vector variants
 // (_ZGVeN16v_expf, ...) from vectorized loops; elsewhere the loops call scalar libm. libmvec's
@@ -657,6 +856,8 @@ WARDEN_MATH(log10) WARDEN_MATH(tanh) WARDEN_MATH(erf) WARDEN_MATH(erfc) WARDEN_M
 WARDEN_MATH(cos)
 float powf(float, float) WARDEN_VECTOR_MATH;
 double pow(double, double) WARDEN_VECTOR_MATH;
+void* malloc(__SIZE_TYPE__) __attribute__((__nothrow__));  // scratch rows of reductions
+void free(void*) __attribute__((__nothrow__));
 }
 )src";
 
@@ -702,6 +903,60 @@ bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<i
   layout->sizes.assign(cur_sizes.rbegin(), cur_sizes.rend());
   for (size_t k = 0; k < n; ++k) layout->strides[k].assign(cur[k].rbegin(), cur[k].rend());
   return true;
+}
+
+bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
+                     const std::vector<std::vector<int64_t>>& in_sizes,
+                     const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims) {
+  const size_t rank = shape.size(), n = in_sizes.size();
+  if (dim < 0 || static_cast<size_t>(dim) >= rank) return false;
+  // Each operand's dims (right-aligned to `shape`) split into outer, reduced and inner ones.
+  std::vector<std::vector<int64_t>> outer_sizes(n), outer_strides(n), inner_sizes(n), inner_strides(n);
+  std::vector<int64_t> reduced_strides(n, 0);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t m = in_sizes[k].size();
+    if (m > rank || in_strides[k].size() != m) return false;
+    const int64_t lead = static_cast<int64_t>(rank - m);
+    for (size_t e = 0; e < m; ++e) {
+      const int64_t d = lead + static_cast<int64_t>(e);
+      if (d < dim) {
+        outer_sizes[k].push_back(in_sizes[k][e]);
+        outer_strides[k].push_back(in_strides[k][e]);
+      } else if (d > dim) {
+        inner_sizes[k].push_back(in_sizes[k][e]);
+        inner_strides[k].push_back(in_strides[k][e]);
+      } else if (in_sizes[k][e] == shape[dim]) {
+        reduced_strides[k] = shape[dim] == 1 ? 0 : in_strides[k][e];
+      } else if (in_sizes[k][e] != 1) {
+        return false;
+      }
+    }
+  }
+  if (!Collapse(std::vector<int64_t>(shape.begin(), shape.begin() + dim), outer_sizes, outer_strides, layout)) {
+    return false;
+  }
+  *outer_dims = static_cast<int>(layout->sizes.size());
+  layout->sizes.push_back(shape[dim]);
+  for (size_t k = 0; k < n; ++k) layout->strides[k].push_back(reduced_strides[k]);
+  if (static_cast<size_t>(dim) + 1 == rank) return true;
+  Layout inner;
+  if (!Collapse(std::vector<int64_t>(shape.begin() + dim + 1, shape.end()), inner_sizes, inner_strides, &inner)) {
+    return false;
+  }
+  layout->sizes.insert(layout->sizes.end(), inner.sizes.begin(), inner.sizes.end());
+  for (size_t k = 0; k < n; ++k) {
+    layout->strides[k].insert(layout->strides[k].end(), inner.strides[k].begin(), inner.strides[k].end());
+  }
+  return true;
+}
+
+void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides) {
+  while (sizes->size() + 1 < rank) {
+    sizes->insert(sizes->begin(), 1);
+    strides->insert(strides->begin(), 0);
+  }
+  sizes->insert(sizes->begin() + dim, 1);
+  strides->insert(strides->begin() + dim, 0);
 }
 
 std::string FusionBlocker(const Graph& g, const Node& node) {
@@ -787,20 +1042,15 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     return static_cast<size_t>(id) >= symbolic_shape.size() || !symbolic_shape[id];
   };
 
-  // Whether every tensor a node reads or writes has static sizes (row reductions need that).
-  auto node_static = [&](const Node& n) {
-    for (const NodeArg& a : n.args) {
-      if (a.kind == NodeArg::Kind::kValue && !is_static(a.value)) return false;
-    }
-    return is_static(n.returns[0].values[0]);
-  };
-  PointwiseRegion* open = nullptr;
-  bool open_static = true;
+  PointwiseRegion* open = nullptr;      // the region elementwise nodes of its shape may join
+  PointwiseRegion* epilogue = nullptr;  // a reduction region whose epilogue nodes may follow
+  std::vector<int64_t> epilogue_shape;
   for (const Node& n : g.nodes) {
-    const ReductionKind reduction = ReductionOf(g, n);
-    if (reduction != ReductionKind::kNone && node_static(n)) {
+    const ReductionInfo reduction = ReductionOf(g, n);
+    if (reduction.kind != ReductionKind::kNone) {
       // Note [Row reductions]: ends the open region if it produced the reduced value just before,
-      // else runs alone; either way the region is closed after it.
+      // else starts one; either way only epilogue nodes may follow.
+      epilogue = nullptr;
       const ValueId in = n.args[0].value;
       const Value& v = g.value(in);
       // Other tensor operands (layer_norm's weight and bias) must come from before the region.
@@ -810,30 +1060,47 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
         const Value& w = g.value(n.args[a].value);
         operands_before &= !(w.kind == tracer::ValueKind::kNode && w.node >= open->nodes.front());
       }
-      if (open == nullptr || !open_static || !operands_before || open->nodes.back() != n.index - 1 ||
+      if (open == nullptr || !operands_before || open->nodes.back() != n.index - 1 ||
           v.kind != tracer::ValueKind::kNode || v.node != n.index - 1 || open->sizes != v.meta.sizes) {
         plan.regions.emplace_back();
         open = &plan.regions.back();
         open->sizes = v.meta.sizes;
       }
       open->nodes.push_back(n.index);
-      open->reduction = reduction;
+      open->reduction = reduction.kind;
+      open->reduction_node = n.index;
+      open->reduced_dim = reduction.dim;
+      open->keepdim = reduction.keepdim;
+      epilogue = open;
+      epilogue_shape = g.value(n.returns[0].values[0]).meta.sizes;
       open = nullptr;
       continue;
     }
     if (!FusionBlocker(g, n).empty()) {
-      open = nullptr;
+      open = epilogue = nullptr;
       continue;
     }
     const TensorMeta& m = g.value(n.returns[0].values[0]).meta;
+    if (epilogue != nullptr) {
+      // An epilogue node: of the reduction's result shape, reading no prologue value.
+      bool joins = m.sizes == epilogue_shape;
+      for (int a = 0; a < OpTable().at(n.op).tensors; ++a) {
+        const Value& w = g.value(n.args[a].value);
+        joins &= !(w.kind == tracer::ValueKind::kNode && w.node >= epilogue->nodes.front() &&
+                   w.node < epilogue->reduction_node);
+      }
+      if (joins) {
+        epilogue->nodes.push_back(n.index);
+        continue;
+      }
+      epilogue = nullptr;
+    }
     if (open == nullptr || open->sizes != m.sizes) {
       plan.regions.emplace_back();
       open = &plan.regions.back();
       open->sizes = m.sizes;
-      open_static = true;
     }
     open->nodes.push_back(n.index);
-    open_static = open_static && node_static(n);
   }
 
   for (size_t k = 0; k < plan.regions.size(); ++k) {
@@ -844,51 +1111,48 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
       const Value& v = g.value(id);
       return v.kind == tracer::ValueKind::kNode && v.node >= first && v.node <= last;
     };
+    const bool reduced_shape = r.reduction != ReductionKind::kNone && !FullShaped(r.reduction);
     std::vector<std::vector<int64_t>> in_sizes, in_strides;
     for (int index : r.nodes) {
       const Node& n = g.nodes[index];
-      const bool is_reduction = r.reduction != ReductionKind::kNone && index == last;
+      const bool is_reduction = index == r.reduction_node;
+      const bool after = r.reduction != ReductionKind::kNone && index >= r.reduction_node;
+      // Operands of the reduced shape without keepdim, in the region's coordinates.
+      const int unsqueeze = after && !is_reduction && reduced_shape && !r.keepdim ? r.reduced_dim : -1;
       const int tensors = is_reduction ? static_cast<int>(n.args.size()) : OpTable().at(n.op).tensors;
       for (int a = 0; a < tensors; ++a) {
         if (n.args[a].kind != NodeArg::Kind::kValue) continue;  // a reduction's constants
         const ValueId id = n.args[a].value;
-        if (produced_here(id) ||
-            std::find(r.inputs.begin(), r.inputs.end(), id) != r.inputs.end()) {
-          continue;
-        }
+        bool known = produced_here(id);
+        for (size_t j = 0; j < r.inputs.size(); ++j) known |= r.inputs[j] == id && r.input_unsqueeze[j] == unsqueeze;
+        if (known) continue;
         r.inputs.push_back(id);
+        r.input_unsqueeze.push_back(unsqueeze);
         in_sizes.push_back(g.value(id).meta.sizes);
         in_strides.push_back(g.value(id).meta.strides);
+        if (unsqueeze >= 0) UnsqueezeReduced(r.sizes.size(), unsqueeze, &in_sizes.back(), &in_strides.back());
         r.static_layout = r.static_layout && is_static(id);
       }
       const ValueId out = n.returns[0].values[0];
       r.static_layout = r.static_layout && is_static(out);
-      if (last_user[out] > last || returned[out] || is_reduction) r.outputs.push_back(out);
+      if (last_user[out] > last || returned[out]) {
+        r.outputs.push_back(out);
+        r.output_reduced.push_back(after && reduced_shape);
+      }
     }
     if (r.reduction == ReductionKind::kNone) {
       Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
-      continue;
+    } else {
+      ReductionLayout(r.sizes, r.reduced_dim, in_sizes, in_strides, &r.layout, &r.outer_dims);
     }
-    // Rows: the outer dims collapsed, then the reduced dim on its own.
-    std::vector<int64_t> outer(r.sizes.begin(), r.sizes.end() - 1);
-    std::vector<int64_t> inner_strides;
-    for (size_t j = 0; j < in_sizes.size(); ++j) {
-      // Right-aligned: an operand's last dim (if any) is the reduced one.
-      const bool full = !in_sizes[j].empty() && in_sizes[j].back() == r.sizes.back() && r.sizes.back() != 1;
-      inner_strides.push_back(full ? in_strides[j].back() : 0);
-      if (!in_sizes[j].empty()) {
-        in_sizes[j].pop_back();
-        in_strides[j].pop_back();
-      }
-    }
-    Collapse(outer, in_sizes, in_strides, &r.layout);
-    r.layout.sizes.push_back(r.sizes.back());
-    for (size_t j = 0; j < in_sizes.size(); ++j) r.layout.strides[j].push_back(inner_strides[j]);
   }
 
   if (!plan.regions.empty()) {
     plan.source = kPrelude;
-    for (const PointwiseRegion& r : plan.regions) absl::StrAppend(&plan.source, "\n", RegionSource(g, r));
+    for (const PointwiseRegion& r : plan.regions) {
+      absl::StrAppend(&plan.source, "\n",
+                      r.reduction == ReductionKind::kNone ? RegionSource(g, r) : ReductionSource(g, r));
+    }
   }
   return plan;
 }

@@ -63,26 +63,62 @@ struct Layout {
 bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& in_sizes,
               const std::vector<std::vector<int64_t>>& in_strides, Layout* layout);
 
+// The layout of a reduction region (Note [Row reductions]): the region shape split at the reduced
+// dim `dim` into outer dims (collapsed as by Collapse, >= 1 dim), the reduced dim on its own (kept
+// even if its size is 1) and, unless `dim` is the last one, the inner dims (collapsed, >= 1 dim).
+// *outer_dims is the number of outer layout dims (the reduced one is layout dim *outer_dims).
+bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
+                     const std::vector<std::vector<int64_t>>& in_sizes,
+                     const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims);
+
+// An operand of the reduced shape (keepdim=false) in the coordinates of the region shape (rank
+// `rank`): padded with leading size-1 dims to rank - 1, then a size-1, stride-0 dim inserted at `dim`.
+void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides);
+
 // Note [Row reductions]
-// A region may end with one reduction over the last dim (softmax, log_softmax, sum, mean, amax,
-// layer_norm over the last dim with optional [C] weight/bias; f32/f64, no dtype conversion) when every value it touches has static sizes: either the node
-// right after the region, reducing the region's last result, or a region of its own. Its kernel
-// runs whole rows (begin and end are multiples of the last dim): one loop computes the
-// elementwise nodes, writes their outputs and reduces (max with NaN propagation, or a sum in
-// vector order), then softmax/log_softmax make two more passes over the output row as ATen's
-// vectorized last-dim kernels do (exp(x - max) scaled by 1/sum; x - max - log(sum); layer_norm:
-// mean, then the biased variance in a second pass, then (x * rstd - rstd * mean) * w + b). The region
-// shape is the reduced input's; the layout is the outer dims collapsed plus the reduced dim.
+// A region may contain one reduction over one dim `d` (any, negative dims normalized): softmax,
+// log_softmax, sum, mean, amax (keepdim or not), layer_norm over the last dim with optional [C]
+// weight/bias; f32/f64, no dtype conversion, reduced size >= 1. The region is
+//   prologue (elementwise nodes on the reduced input's shape S, ending with the reduced value),
+//   the reduction,
+//   epilogue (elementwise nodes right after it on the reduction's result shape: S for
+//             softmax/log_softmax/layer_norm, the reduced shape S' for sum/mean/amax),
+// all consecutive in graph order, so Note [Pointwise regions]'s invariant holds. An epilogue node's
+// tensor operands are the reduction's result, earlier epilogue values or values from before the
+// region (not prologue values: they are not kept for the last pass). The region shape is S; an
+// operand of S' without keepdim is unsqueezed at d into S's coordinates (UnsqueezeReduced), so
+// every operand has a stride 0 along d there. The layout is ReductionLayout's.
+// The kernel runs *lines* [begin, end): a line is one position of the outer and inner dims, i.e.
+// one reduced output element; there are numel(S) / S[d] lines, in row-major order of S'.
+// * d last ("row"): one line is a row; the first loop (vectorized along the row) computes the
+//   prologue, reduces (max with NaN propagation, or a sum in vector order) and, for softmax-like
+//   ops, stores the reduced value into the row buffer: the reduction's output row when that is
+//   written, else a scratch row (malloc'd once per call). softmax/log_softmax make one more
+//   pass as ATen's vectorized last-dim kernels do (exp(x - max) and its sum; the sum of
+//   exp(x - max)), layer_norm one (the biased variance around the mean); the last pass computes
+//   the result (e * (1 / sum); x - max - log(sum); (x * rstd - rstd * mean) * w + b), the
+//   epilogue, and writes the values read later. sum/mean/amax compute the epilogue once per row.
+// * d not last ("columns"): lines are processed in blocks of up to kColumns consecutive positions
+//   of the innermost dim, vectorized across the block with per-column accumulators, looping over
+//   the reduced dim outside (the same passes, with a scratch block of S[d] x kColumns).
+// Symbolic sizes and outer strides are params as for pointwise regions (the reduced dim's stride
+// too when it is not the innermost layout dim).
 enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 
 struct PointwiseRegion {
   std::vector<int> nodes;                 // consecutive node indices, in order
-  std::vector<int64_t> sizes;             // traced shape of every node result in the region
-  std::vector<tracer::ValueId> inputs;    // in[k]
+  std::vector<int64_t> sizes;             // region shape (a reduction region: its input's, S)
+  std::vector<tracer::ValueId> inputs;    // in[k] (a value may appear twice, see input_unsqueeze)
+  std::vector<int> input_unsqueeze;       // per input: d if UnsqueezeReduced applies, else -1
   std::vector<tracer::ValueId> outputs;   // out[k]: results read after the region or returned
+  std::vector<bool> output_reduced;       // per output: of the reduced shape S' (else S)
   Layout layout;                          // the traced iteration space
   bool static_layout = true;              // sizes and strides are literals in the kernel
-  ReductionKind reduction = ReductionKind::kNone;  // the last node reduces (Note [Row reductions])
+  ReductionKind reduction = ReductionKind::kNone;  // Note [Row reductions]
+  int reduction_node = -1;                // its node index
+  int reduced_dim = -1;                   // d, in [0, rank(S))
+  bool keepdim = false;                   // sum/mean/amax: S' keeps d as size 1
+  int outer_dims = 0;                     // layout dims before the reduced one
   std::string function;                   // "warden_kernel_<region index>"
 };
 
