@@ -434,8 +434,8 @@ ReductionInfo ReductionOf(const Graph& g, const Node& node) {
   }
   if (d < 0) d += rank;
   if (d < 0 || d >= rank || im.sizes[d] < 1) return none;
-  const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None) or half_to_float
-  if (!(last.isNone() || (last.isBool() && !last.toBool()))) return none;
+  const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None), half_to_float, amax's keepdim
+  if (def.kind != ReductionKind::kAmax && !(last.isNone() || (last.isBool() && !last.toBool()))) return none;
   bool keepdim = false;
   if (def.dim_list) {  // sum/mean (self, dim, keepdim, dtype), amax (self, dim, keepdim)
     if (!node.args[2].constant.isBool()) return none;

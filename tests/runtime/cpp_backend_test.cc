@@ -674,20 +674,195 @@ TEST_P(CppBackendTest, RowReductionsMatchEager) {
   }
 }
 
-// Symbolic sizes: reductions are not fused (their kernels need static sizes); still correct.
-TEST(CppBackend, RowReductionsWithSymbolicSizesAreReplayed) {
+// The tolerance of a reduction over `n` elements: sums in another order than ATen's.
+double ReductionAtol(at::ScalarType t, int64_t n) {
+  return std::max(Atol(t) * 10 * static_cast<double>(n), t == at::kFloat ? 1e-4 : 1e-10);
+}
+
+void ExpectReductionsMatch(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                           at::ScalarType t, int64_t n) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectMatches(got[i], want[i], Rtol(t), ReductionAtol(t, n), absl::StrCat("output ", i));
+  }
+}
+
+// Reductions over every dim of a 3-d tensor (negative dims, keepdim), with prologues, broadcast
+// operands, transposed and sliced inputs (Note [Row reductions], the column kernel).
+std::vector<at::Tensor> AnyDimReductions(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();   // [A, B, C]
+  const at::Tensor& c = a[1].toTensor();   // [C]
+  const at::Tensor& xt = a[2].toTensor();  // [A, B, C], permuted storage
+  const at::Tensor& xs = a[3].toTensor();  // [A, B, C], sliced
+  const at::Tensor h = torch::tanh(x * c + 1);
+  return {torch::softmax(h, 0), torch::softmax(x, 1), torch::softmax(x * 0.5, -2),
+          torch::log_softmax(h, 0), torch::log_softmax(x, -3),
+          torch::sum(x, {0}), torch::sum(h, {1}, /*keepdim=*/true), torch::sum(x - c, {-2}),
+          torch::mean(x, {0}, true), torch::mean(h, {-2}),
+          torch::amax(x, {0}), torch::amax(h, {1}, true), torch::amax(x, {-2}),
+          torch::softmax(xt, 0), torch::sum(xt, {1}), torch::amax(xt, {0}, true),
+          torch::log_softmax(xs, 1), torch::mean(xs, {0})};
+}
+
+TEST_P(CppBackendTest, ReductionsOverAnyDimMatchEager) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {1, 1, 1}, {3, 4, 5}, {2, 1, 7}, {5, 3, 1}, {7, 130, 9}, {40, 3, 300}}) {
+    at::Tensor x = torch::randn(shape, opts) * 3;
+    if (shape[0] >= 3 && shape[2] >= 5) {  // a NaN column, an Inf column, an all -Inf column
+      x[1][0][1] = NAN;
+      x[0][1][2] = INFINITY;
+      x.select(2, 3).select(1, 0).fill_(-INFINITY);
+    }
+    const at::Tensor xt = torch::randn({shape[2], shape[1], shape[0]}, opts).permute({2, 1, 0});
+    const at::Tensor xs = torch::randn({shape[0], shape[1] + 3, shape[2] * 2}, opts).slice(1, 2, 2 + shape[1]).slice(2, 0, shape[2] * 2, 2);
+    const Args args = {x, torch::randn({shape[2]}, opts), xt, xs};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(AnyDimReductions, Cpp());
+    ExpectReductionsMatch(CallCached(f, args), AnyDimReductions(args), GetParam(),
+                          *std::max_element(shape.begin(), shape.end()));
+    EXPECT_GE(FusedRegions(f), 15) << "fusion silently stopped";
+    const std::string source = EntrySource(f);
+    for (const char* op : {"aten::softmax.int", "aten::log_softmax.int", "aten::sum.dim_IntList",
+                           "aten::mean.dim", "aten::amax"}) {
+      EXPECT_THAT(source, HasSubstr(op)) << op;
+    }
+    EXPECT_THAT(source, HasSubstr("const int64_t cols"));  // the column kernel
+  }
+}
+
+// The region comment of the kernel running `op` (its first line lists the region's nodes).
+std::string RegionOf(const std::string& source, const std::string& op) {
+  std::istringstream in(source);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("// Nodes %", 0) == 0 && line.find(op) != std::string::npos) return line;
+  }
+  return "";
+}
+
+// Elementwise nodes after a reduction run in its kernel (Note [Row reductions]): one region per
+// function, listing the reduction and its epilogue; full-shaped (softmax, layer_norm) and
+// reduced-shaped (sum, mean, amax, with and without keepdim) epilogues, over the last and a
+// leading dim, with broadcast operands, a bool result, and the reduction's own result returned
+// too or only used by the epilogue (the kernel's scratch row).
+TEST_P(CppBackendTest, EpiloguesFuseIntoTheReduction) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  struct Case {
+    const char* name;
+    Fn fn;
+    std::vector<const char*> ops;  // in the reduction's region, in order
+  };
+  const std::vector<Case> cases = {
+      {"softmax_mul_add", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::softmax(a[0].toTensor(), -1) * a[1].toTensor() + 1}; },
+       {"aten::softmax.int", "aten::mul.Tensor", "aten::add.Scalar"}},
+      {"softmax_dim0_mul_also_returned", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor s = torch::softmax(a[0].toTensor() * 2, 0);
+         return {s * a[1].toTensor(), s}; },
+       {"aten::mul.Scalar", "aten::softmax.int", "aten::mul.Tensor"}},
+      {"log_softmax_dim0_exp", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::exp(torch::log_softmax(a[0].toTensor(), 0)) - a[1].toTensor()}; },
+       {"aten::log_softmax.int", "aten::exp", "aten::sub.Tensor"}},
+      {"layer_norm_gelu", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& x = a[0].toTensor();
+         return {torch::gelu(torch::layer_norm(x + 1, {x.size(1)}, a[3].toTensor(), a[3].toTensor()))}; },
+       {"aten::add.Scalar", "aten::layer_norm", "aten::gelu"}},
+      {"sum_keepdim_div_tanh", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& x = a[0].toTensor();
+         return {torch::tanh(torch::sum(x, {-1}, true) / static_cast<double>(x.size(1)))}; },
+       {"aten::sum.dim_IntList", "aten::div.Scalar", "aten::tanh"}},
+      {"mean_dim1_mul_rows", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::mean(a[0].toTensor(), {1}) * a[2].toTensor() - 0.5}; },
+       {"aten::mean.dim", "aten::mul.Tensor", "aten::sub.Scalar"}},
+      {"sum_dim0_mul_cols", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor s = torch::sum(torch::relu(a[0].toTensor()), {0});
+         return {torch::sigmoid(s * a[3].toTensor()), s}; },
+       {"aten::relu", "aten::sum.dim_IntList", "aten::mul.Tensor", "aten::sigmoid"}},
+      {"amax_dim0_keepdim_gt", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::amax(a[0].toTensor(), {0}, true) - a[3].toTensor() > 0}; },
+       {"aten::amax", "aten::sub.Tensor", "aten::gt.Scalar"}},
+  };
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 5}, {64, 300}, {300, 64}}) {
+    at::Tensor x = torch::randn({rows, cols}, opts) * 3;
+    if (rows >= 3 && cols >= 5) {
+      x[0][1] = NAN;
+      x[1][2] = INFINITY;
+      x[2].fill_(-INFINITY);
+    }
+    // y: [R, C] (transposed storage), rows: [R], cols: [C].
+    const Args args = {x, torch::randn({cols, rows}, opts).t(), torch::randn({rows}, opts), torch::randn({cols}, opts)};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(c.name, " on ", rows, "x", cols));
+      ExpectKernelsRan kernels_ran;
+      CompiledFunction f = compile(c.fn, Cpp(c.name));
+      ExpectReductionsMatch(CallCached(f, args), c.fn(args), GetParam(), std::max(rows, cols));
+      EXPECT_EQ(FusedRegions(f), 1);
+      const std::string region = RegionOf(EntrySource(f), c.ops.front());
+      std::string want;
+      for (const char* op : c.ops) want += std::string(want.empty() ? ": " : ", ") + op;
+      EXPECT_THAT(region, ::testing::EndsWith(want)) << EntrySource(f);
+    }
+  }
+}
+
+// Empty tensors: an empty outer or inner dim runs no line; an empty reduced dim is not fused
+// (sum gives zeros, mean NaN, as eager).
+TEST(CppBackend, EmptyReductions) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {torch::softmax(x * 2, 1) + 1, torch::sum(x, {1}) * 2, torch::amax(x, {-1}, true),
+            torch::softmax(x, 0), torch::mean(x, {0})};
+  };
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{0, 5}, {4, 0, 3}, {0, 3, 2}}) {
+    SCOPED_TRACE(tracer::ShapeString(shape));
+    const Args args = {torch::randn(shape)};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(fn, Cpp());
+    ExpectAllMatch(CallCached(f, args), fn(args));
+  }
+}
+
+// Symbolic sizes: sizes and outer strides of reduction kernels are params (Note [Row
+// reductions]); one kernel serves every size, with epilogues, over the last and a leading dim.
+TEST(CppBackend, ReductionsWithSymbolicSizesShareOneKernel) {
   ScopedCacheDir dir;
   ExpectKernelsRan kernels_ran;
   Options o = Cpp();
   o.dynamic = Dynamic::kDynamic;
-  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, -1)}; };
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor& y = a[1].toTensor();
+    return {torch::softmax(x * 2, -1) * y, torch::sum(x, {0}), torch::log_softmax(x, 0) + 1,
+            torch::mean(x, {1}, true) - y, torch::amax(y, {0})};
+  };
   CompiledFunction f = compile(fn, o);
-  for (int64_t n : {3, 9}) {
-    const Args args = {torch::randn({n, 17})};
+  for (const auto& [n, m] : std::vector<std::pair<int64_t, int64_t>>{{3, 17}, {9, 17}, {70, 2}, {500, 300}, {3, 17}}) {
+    const Args args = {torch::randn({n, m}), torch::randn({n, m})};
     f(args);
-    ExpectAllMatch(f(args), fn(args));
+    const auto got = f(args), want = fn(args);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectMatches(got[i], want[i], 1e-5, ReductionAtol(at::kFloat, std::max(n, m)));
   }
-  EXPECT_THAT(EntrySource(f), Not(HasSubstr("softmax")));
+  EXPECT_EQ(f.stats().compiles, 1);
+  const std::string source = EntrySource(f);
+  EXPECT_THAT(source, HasSubstr("(symbolic): aten::mul.Scalar, aten::softmax.int, aten::mul.Tensor"));
+  EXPECT_THAT(source, HasSubstr("aten::sum.dim_IntList"));
+  EXPECT_THAT(source, HasSubstr("aten::amax"));
+  EXPECT_THAT(source, HasSubstr("params["));
+  // layer_norm's normalized shape is part of the graph: its rows vary, its width must not.
+  auto ln = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::gelu(torch::layer_norm(a[0].toTensor() * 2, {8}))};
+  };
+  CompiledFunction g = compile(ln, o);
+  for (int64_t n : {3, 50, 3}) {
+    const Args args = {torch::randn({n, 8})};
+    g(args);
+    ExpectAllMatch(g(args), ln(args));
+  }
+  EXPECT_THAT(EntrySource(g), HasSubstr("aten::layer_norm, aten::gelu"));
 }
 
 // A graph with nothing to fuse needs no compiler.
