@@ -366,6 +366,51 @@ const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
   return *table;
 }
 
+// Note [Inlined constants]: the constant `v` as literals, if it is inlined.
+InlinedConstant Inline(const Value& v) {
+  InlinedConstant c;
+  if (v.kind != tracer::ValueKind::kConstant || !v.constant.defined()) return c;
+  const at::Tensor& t = v.constant;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!FusedDtype(t.scalar_type()) || t.scalar_type() != v.meta.dtype || !t.device().is_cpu() ||
+      t.layout() != at::kStrided || t.requires_grad() || t.is_neg() || t.numel() < 1 ||
+      t.numel() > kMaxInlinedElements || !impl->has_storage() || !impl->version_counter().enabled() ||
+      impl->storage().use_count() != 1) {
+    return c;
+  }
+  c.version = impl->version_counter().current_version();  // before the values
+  c.data = t.data_ptr();
+  c.sizes = t.sizes().vec();
+  c.strides = t.strides().vec();
+  if (c.sizes != v.meta.sizes || c.strides != v.meta.strides) return InlinedConstant();
+  std::vector<std::string> items;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t offset = 0;
+    for (int64_t d = t.dim() - 1, rest = i; d >= 0; --d) {
+      offset += rest % c.sizes[d] * c.strides[d];
+      rest /= c.sizes[d];
+    }
+    switch (t.scalar_type()) {
+      case ScalarType::Float:
+        items.push_back(LiteralOf(static_cast<const float*>(c.data)[offset], ScalarType::Float));
+        break;
+      case ScalarType::Double:
+        items.push_back(LiteralOf(static_cast<const double*>(c.data)[offset], ScalarType::Double));
+        break;
+      case ScalarType::Long: {
+        const int64_t x = static_cast<const int64_t*>(c.data)[offset];
+        items.push_back(x == INT64_MIN ? "INT64_MIN" : absl::StrCat("INT64_C(", x, ")"));
+        break;
+      }
+      default:
+        items.push_back(static_cast<const bool*>(c.data)[offset] ? "true" : "false");
+    }
+  }
+  c.values = absl::StrCat("{", absl::StrJoin(items, ", "), "}");
+  c.inlined = true;
+  return c;
+}
+
 // A reduction the fuser can run (Note [Row reductions]): its kind (kNone if none), the reduced dim
 // (normalized) and keepdim.
 struct ReductionInfo {
@@ -473,6 +518,12 @@ std::string KernelHead(const Graph& g, const PointwiseRegion& r) {
   absl::StrAppend(&s, "  (void)params;\n");
   for (int k = 0; k < ins; ++k) {
     const ScalarType t = g.value(r.inputs[k]).meta.dtype;
+    const InlinedConstant& c = r.input_constant[k];
+    if (c.inlined) {
+      absl::StrAppend(&s, "  static const ", CType(t), " in", k, "[] = ", c.values, ";  // ",
+                      CanonicalName(g, r.inputs[k]), " (inlined)\n");
+      continue;
+    }
     absl::StrAppend(&s, "  const ", CType(t), "* __restrict in", k, " = static_cast<const ", CType(t),
                     "*>(in[", k, "]);  // ", CanonicalName(g, r.inputs[k]), "\n");
   }
@@ -950,6 +1001,16 @@ bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
   return true;
 }
 
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
 void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides) {
   while (sizes->size() + 1 < rank) {
     sizes->insert(sizes->begin(), 1);
@@ -1128,8 +1189,10 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
         if (known) continue;
         r.inputs.push_back(id);
         r.input_unsqueeze.push_back(unsqueeze);
+        r.input_constant.push_back(Inline(g.value(id)));
         in_sizes.push_back(g.value(id).meta.sizes);
-        in_strides.push_back(g.value(id).meta.strides);
+        in_strides.push_back(r.input_constant.back().inlined ? ContiguousStrides(in_sizes.back())
+                                                             : g.value(id).meta.strides);
         if (unsqueeze >= 0) UnsqueezeReduced(r.sizes.size(), unsqueeze, &in_sizes.back(), &in_strides.back());
         r.static_layout = r.static_layout && is_static(id);
       }

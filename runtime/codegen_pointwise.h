@@ -1,7 +1,7 @@
 // Pointwise fusion for backend "cpp": which nodes can run as generated C++ (FusionBlocker), the
 // partition of a graph into fused regions, their iteration layout, and the C++ source of one
-// kernel per region. Pure: no compiler, no files, no tensors touched (Collapse is shared with the
-// artifact's run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
+// kernel per region. Pure: no compiler, no files, no tensors touched but the small constants it
+// inlines (Collapse is shared with the artifact's run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
 //
 // Note [Pointwise regions]
 // A region is a maximal run of consecutive nodes (in graph order) that are each fusible and share
@@ -16,8 +16,9 @@
 // registers. The kernel of region k is
 //   extern "C" void warden_kernel_k(const void** in, void** out, const int64_t* params,
 //                                   int64_t begin, int64_t end)
-// and computes output elements [begin, end) (linear, row-major) of the region shape. in[] are the
-// data pointers of PointwiseRegion::inputs, out[] of ::outputs. The iteration space is the region
+// and computes output elements [begin, end) (linear, row-major) of the region shape (a reduction
+// region: lines, Note [Row reductions]). in[] are the data pointers of PointwiseRegion::inputs
+// (unused for inlined constants, Note [Inlined constants]), out[] of ::outputs. The iteration space is the region
 // shape with size-1 dims dropped and mergeable dims merged (Collapse): sizes and per-input element
 // strides are literals in the source where every value of the region has static sizes (CompileContext),
 // else read from params = [sizes..., outer strides of in[0]..., outer strides of in[1]..., ...]
@@ -71,6 +72,9 @@ bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
                      const std::vector<std::vector<int64_t>>& in_sizes,
                      const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims);
 
+// The strides of a contiguous tensor of `sizes`.
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
+
 // An operand of the reduced shape (keepdim=false) in the coordinates of the region shape (rank
 // `rank`): padded with leading size-1 dims to rank - 1, then a size-1, stride-0 dim inserted at `dim`.
 void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides);
@@ -103,6 +107,27 @@ void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::ve
 //   the reduced dim outside (the same passes, with a scratch block of S[d] x kColumns).
 // Symbolic sizes and outer strides are params as for pointwise regions (the reduced dim's stride
 // too when it is not the innermost layout dim).
+// Note [Inlined constants]
+// A region input that is a graph constant (a captured tensor) of 1..kMaxInlinedElements elements,
+// not a view or otherwise sharing its storage, with a version counter (not an inference tensor),
+// is a `static const` array of literals in the kernel (row-major; its layout strides are the
+// contiguous ones). Constants are captured by reference, so the user may change them between
+// calls: the plan records the data pointer, sizes, strides and version counter it read the values
+// under (the version first, so a concurrent in-place update leaves a stale version, never stale
+// values), and the artifact's run-time check (Note [Region run-time check]) requires all of them,
+// and a storage still not shared, to be unchanged, else it replays the region, which reads the
+// constant as eager does. Every in-place ATen update bumps the version counter; writes through a
+// raw data pointer are not seen (as by autograd's version checks).
+constexpr int64_t kMaxInlinedElements = 16;
+
+struct InlinedConstant {
+  bool inlined = false;
+  std::string values;                   // "{...}": the elements, row-major
+  const void* data = nullptr;           // as read
+  std::vector<int64_t> sizes, strides;  // as read
+  uint32_t version = 0;                 // as read
+};
+
 enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 
 struct PointwiseRegion {
@@ -110,6 +135,7 @@ struct PointwiseRegion {
   std::vector<int64_t> sizes;             // region shape (a reduction region: its input's, S)
   std::vector<tracer::ValueId> inputs;    // in[k] (a value may appear twice, see input_unsqueeze)
   std::vector<int> input_unsqueeze;       // per input: d if UnsqueezeReduced applies, else -1
+  std::vector<InlinedConstant> input_constant;  // per input (Note [Inlined constants])
   std::vector<tracer::ValueId> outputs;   // out[k]: results read after the region or returned
   std::vector<bool> output_reduced;       // per output: of the reduced shape S' (else S)
   Layout layout;                          // the traced iteration space

@@ -10,10 +10,13 @@
 // autograd or the negative bit, and have the traced rank. A static region (sizes and strides are
 // literals in the kernel) then needs exactly the traced sizes and strides. A symbolic one needs
 // the traced broadcast pattern (a dim that was broadcast is still 1, a full dim equals the other
-// full dims), and the collapsed layout of the run-time tensors (codegen::Collapse) must have the
-// traced number of dims and innermost strides; its sizes and outer strides become the kernel's
-// params. The pattern check makes every node result of the region the region shape again, which
-// is what the single loop assumes.
+// full dims), and the collapsed layout of the run-time tensors (codegen::Collapse, or for a
+// reduction region codegen::ReductionLayout, with the traced number of outer dims and a reduced
+// size >= 1, the traced one for layer_norm) must have the traced number of dims and innermost
+// strides; its sizes and outer strides become the kernel's params. The pattern check makes every
+// node result of the region the region shape again (a reduction's: the reduced shape), which is
+// what the loops assume. An operand of a reduction's epilogue of the reduced shape is unsqueezed
+// first, as at compile time. An inlined constant must be unchanged (Note [Inlined constants]).
 #include <algorithm>
 #include <atomic>
 
@@ -50,6 +53,7 @@ struct KernelInput {
   at::ScalarType dtype;
   std::vector<int64_t> sizes, strides;  // traced
   int unsqueeze = -1;                   // codegen::UnsqueezeReduced at this dim, or -1
+  codegen::InlinedConstant inlined;     // Note [Inlined constants]
   std::vector<bool> full;               // per region dim (after unsqueeze): traced size is the region's (> 1)
 };
 
@@ -109,6 +113,7 @@ class CppArtifact final : public CodegenArtifact {
         in.sizes = m.sizes;
         in.strides = m.strides;
         in.unsqueeze = r.input_unsqueeze[j];
+        in.inlined = r.input_constant[j];
         std::vector<int64_t> sizes = m.sizes, strides = m.strides;
         if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(r.sizes.size(), in.unsqueeze, &sizes, &strides);
         const size_t lead = r.sizes.size() - sizes.size();
@@ -202,7 +207,8 @@ class CppArtifact final : public CodegenArtifact {
       const at::Tensor& t = *ins[j];
       const KernelInput& in = k.inputs[j];
       sizes[j] = t.sizes().vec();
-      strides[j] = t.strides().vec();
+      // An inlined constant's literals are row-major (and its strides unchanged, RunKernel).
+      strides[j] = in.inlined.inlined ? codegen::ContiguousStrides(sizes[j]) : t.strides().vec();
       if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(rank, in.unsqueeze, &sizes[j], &strides[j]);
       const size_t lead = rank - sizes[j].size();
       for (size_t d = lead; d < rank; ++d) {
@@ -254,6 +260,15 @@ class CppArtifact final : public CodegenArtifact {
     return sizes;
   }
 
+  // Whether the inlined constant `t` still holds the values the kernel has as literals (Note
+  // [Inlined constants]).
+  static bool Unchanged(const codegen::InlinedConstant& c, const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    return impl->has_storage() && impl->storage().use_count() == 1 && impl->version_counter().enabled() &&
+           impl->version_counter().current_version() == c.version && t.data_ptr() == c.data &&
+           t.sizes().equals(c.sizes) && t.strides().equals(c.strides);
+  }
+
   // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
   static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
     absl::InlinedVector<const at::Tensor*, 8> ins;
@@ -265,6 +280,7 @@ class CppArtifact final : public CodegenArtifact {
         return false;
       }
       if (k.static_layout && (!t.sizes().equals(in.sizes) || !t.strides().equals(in.strides))) return false;
+      if (in.inlined.inlined && !Unchanged(in.inlined, t)) return false;
       ins.push_back(&t);
     }
     std::vector<int64_t> shape, params;

@@ -865,6 +865,59 @@ TEST(CppBackend, ReductionsWithSymbolicSizesShareOneKernel) {
   EXPECT_THAT(EntrySource(g), HasSubstr("aten::layer_norm, aten::gelu"));
 }
 
+// Note [Inlined constants]: small captured tensors are literals in the kernel; an in-place update
+// of one between calls (and anything else that may change its values) makes the region replay,
+// which matches eager; a large constant, a view and an inference tensor stay pointers.
+TEST(CppBackend, SmallConstantsAreInlinedAndChecked) {
+  ScopedCacheDir dir;
+  const at::Tensor scale = torch::tensor({0.5f, -2.0f, 3.0f, 1.0f});  // [4], a closure constant
+  const at::Tensor shift = torch::tensor(1.25f);                       // 0-dim
+  const at::Tensor big = torch::randn({8, 4});                         // 32 elements: a pointer
+  auto fn = [=](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();  // [8, 4]
+    return {torch::softmax(x * scale + shift, -1) * scale, torch::tanh(x - big)};
+  };
+  const Args args = {torch::randn({8, 4})};
+  CompiledFunction f = compile(fn, Cpp());
+  {
+    ExpectKernelsRan kernels_ran;
+    ExpectAllMatch(CallCached(f, args), fn(args));
+  }
+  const std::string source = EntrySource(f);
+  EXPECT_THAT(source, HasSubstr("static const float in1[] = {(0x1p-1f), (-0x1p+1f), (0x1.8p+1f), (0x1p+0f)};"));
+  EXPECT_THAT(source, ::testing::ContainsRegex("static const float in[0-9]+\\[\\] = \\{\\(0x1.4p\\+0f\\)\\};"));
+  EXPECT_THAT(source, ::testing::ContainsRegex("\\(in\\[[0-9]+\\]\\);  // %c"));  // big
+  // In-place updates between calls: each call after one replays the region and matches eager.
+  int64_t fallbacks = CodegenRegionFallbacks();
+  for (int i = 0; i < 3; ++i) {
+    scale.mul_(-1.5);
+    shift.add_(1);
+    ExpectAllMatch(f(args), fn(args));
+    EXPECT_GT(CodegenRegionFallbacks(), fallbacks) << "the changed constant's kernel ran";
+    fallbacks = CodegenRegionFallbacks();
+  }
+  {
+    c10::InferenceMode inference;  // an in-place update of a normal tensor still bumps its version
+    scale[0] = 7.0f;
+  }
+  ExpectAllMatch(f(args), fn(args));
+  EXPECT_GT(CodegenRegionFallbacks(), fallbacks);
+  EXPECT_EQ(f.stats().compiles, 1);
+  // A constant that shares its storage (a view of it exists) is not inlined; its kernel runs.
+  const at::Tensor viewed = torch::tensor({1.0f, 2.0f});
+  const at::Tensor view = viewed.view({2, 1});
+  auto g = [viewed](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor() * viewed + 1}; };
+  CompiledFunction fg = compile(g, Cpp("viewed"));
+  const Args gargs = {torch::randn({3, 2})};
+  {
+    ExpectKernelsRan kernels_ran;
+    ExpectAllMatch(CallCached(fg, gargs), g(gargs));
+    view.mul_(3);  // through the view: the constant changed
+    ExpectAllMatch(fg(gargs), g(gargs));
+  }
+  EXPECT_THAT(EntrySource(fg), Not(HasSubstr("(inlined)")));
+}
+
 // A graph with nothing to fuse needs no compiler.
 TEST(CppBackend, NothingFusibleCompilesNothing) {
   ScopedCacheDir dir;
