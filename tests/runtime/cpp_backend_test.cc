@@ -780,6 +780,10 @@ TEST_P(CppBackendTest, EpiloguesFuseIntoTheReduction) {
          const at::Tensor s = torch::sum(torch::relu(a[0].toTensor()), {0});
          return {torch::sigmoid(s * a[3].toTensor()), s}; },
        {"aten::relu", "aten::sum.dim_IntList", "aten::mul.Tensor", "aten::sigmoid"}},
+      {"sum_dim0_same_operand_before_and_after", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& c = a[3].toTensor();
+         return {torch::sum(a[0].toTensor() * c, {0}) + c}; },
+       {"aten::mul.Tensor", "aten::sum.dim_IntList", "aten::add.Tensor"}},
       {"amax_dim0_keepdim_gt", [](const Args& a) -> std::vector<at::Tensor> {
          return {torch::amax(a[0].toTensor(), {0}, true) - a[3].toTensor() > 0}; },
        {"aten::amax", "aten::sub.Tensor", "aten::gt.Scalar"}},
