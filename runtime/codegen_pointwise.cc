@@ -360,6 +360,8 @@ const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
       {"aten::_log_softmax", {ReductionKind::kLogSoftmax, false, 3}},
       {"aten::sum.dim_IntList", {ReductionKind::kSum, true, 4}},
       {"aten::mean.dim", {ReductionKind::kMean, true, 4}},
+      {"aten::sum", {ReductionKind::kSum, true, 2}},  // (self, dtype): every dim
+      {"aten::mean", {ReductionKind::kMean, true, 2}},
       {"aten::amax", {ReductionKind::kAmax, true, 3}},
       {"aten::layer_norm", {ReductionKind::kLayerNorm, true, 6}},
   };
@@ -411,11 +413,12 @@ InlinedConstant Inline(const Value& v) {
   return c;
 }
 
-// A reduction the fuser can run (Note [Row reductions]): its kind (kNone if none), the reduced dim
-// (normalized) and keepdim.
+// A reduction the fuser can run (Note [Row reductions]): its kind (kNone if none), the reduced
+// dims (normalized, consecutive) and keepdim.
 struct ReductionInfo {
   ReductionKind kind = ReductionKind::kNone;
-  int dim = -1;
+  int dim = -1;    // the first reduced dim
+  int count = 1;   // consecutive reduced dims
   bool keepdim = false;
 };
 
@@ -463,30 +466,37 @@ ReductionInfo ReductionOf(const Graph& g, const Node& node) {
         return none;
       }
     }
-    return {def.kind, static_cast<int>(rank - 1), false};
+    return {def.kind, static_cast<int>(rank - 1), 1, false};
   }
   for (size_t a = 1; a < node.args.size(); ++a) {
     if (node.args[a].kind != NodeArg::Kind::kConstant) return none;
   }
+  // The reduced dims: one int, an int list (empty: all dims), or all (sum/mean without dim).
+  std::vector<int64_t> dims;
   const c10::IValue& dim = node.args[1].constant;
-  int64_t d;
-  if (def.dim_list) {
-    if (!dim.isIntList() || dim.toIntList().size() != 1) return none;
-    d = dim.toIntList().get(0);
+  if (def.args == 2 || (def.dim_list && dim.isIntList() && dim.toIntList().empty())) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  } else if (def.dim_list && dim.isIntList()) {
+    for (int64_t d : dim.toIntList()) dims.push_back(d < 0 ? d + rank : d);
+  } else if (!def.dim_list && dim.isInt()) {
+    dims.push_back(dim.toInt() < 0 ? dim.toInt() + rank : dim.toInt());
   } else {
-    if (!dim.isInt()) return none;
-    d = dim.toInt();
+    return none;
   }
-  if (d < 0) d += rank;
-  if (d < 0 || d >= rank || im.sizes[d] < 1) return none;
+  std::sort(dims.begin(), dims.end());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k] < 0 || dims[k] >= rank || im.sizes[dims[k]] < 1 || dims[k] != dims[0] + static_cast<int64_t>(k)) {
+      return none;  // out of range, empty, repeated or not consecutive
+    }
+  }
   const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None), half_to_float, amax's keepdim
   if (def.kind != ReductionKind::kAmax && !(last.isNone() || (last.isBool() && !last.toBool()))) return none;
   bool keepdim = false;
-  if (def.dim_list) {  // sum/mean (self, dim, keepdim, dtype), amax (self, dim, keepdim)
+  if (def.dim_list && def.args > 2) {  // sum/mean (self, dim, keepdim, dtype), amax (self, dim, keepdim)
     if (!node.args[2].constant.isBool()) return none;
     keepdim = node.args[2].constant.toBool();
   }
-  return {def.kind, static_cast<int>(d), keepdim};
+  return {def.kind, static_cast<int>(dims[0]), static_cast<int>(dims.size()), keepdim};
 }
 
 // The signature, sizes and strides (literals when static, else params; the innermost strides are
@@ -956,47 +966,42 @@ bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<i
   return true;
 }
 
-bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
+bool ReductionLayout(const std::vector<int64_t>& shape, int dim, int count,
                      const std::vector<std::vector<int64_t>>& in_sizes,
                      const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims) {
-  const size_t rank = shape.size(), n = in_sizes.size();
-  if (dim < 0 || static_cast<size_t>(dim) >= rank) return false;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const size_t n = in_sizes.size();
+  if (dim < 0 || count < 1 || dim + count > rank) return false;
   // Each operand's dims (right-aligned to `shape`) split into outer, reduced and inner ones.
-  std::vector<std::vector<int64_t>> outer_sizes(n), outer_strides(n), inner_sizes(n), inner_strides(n);
-  std::vector<int64_t> reduced_strides(n, 0);
+  std::vector<std::vector<int64_t>> sizes[3], strides[3];
+  for (auto* part : {sizes, strides}) {
+    for (int p = 0; p < 3; ++p) part[p].assign(n, {});
+  }
   for (size_t k = 0; k < n; ++k) {
-    const size_t m = in_sizes[k].size();
-    if (m > rank || in_strides[k].size() != m) return false;
-    const int64_t lead = static_cast<int64_t>(rank - m);
-    for (size_t e = 0; e < m; ++e) {
-      const int64_t d = lead + static_cast<int64_t>(e);
-      if (d < dim) {
-        outer_sizes[k].push_back(in_sizes[k][e]);
-        outer_strides[k].push_back(in_strides[k][e]);
-      } else if (d > dim) {
-        inner_sizes[k].push_back(in_sizes[k][e]);
-        inner_strides[k].push_back(in_strides[k][e]);
-      } else if (in_sizes[k][e] == shape[dim]) {
-        reduced_strides[k] = shape[dim] == 1 ? 0 : in_strides[k][e];
-      } else if (in_sizes[k][e] != 1) {
-        return false;
-      }
+    const int64_t m = static_cast<int64_t>(in_sizes[k].size());
+    if (m > rank || in_strides[k].size() != in_sizes[k].size()) return false;
+    for (int64_t e = 0; e < m; ++e) {
+      const int64_t d = rank - m + e;
+      const int p = d < dim ? 0 : d < dim + count ? 1 : 2;
+      sizes[p][k].push_back(in_sizes[k][e]);
+      strides[p][k].push_back(in_strides[k][e]);
     }
   }
-  if (!Collapse(std::vector<int64_t>(shape.begin(), shape.begin() + dim), outer_sizes, outer_strides, layout)) {
-    return false;
+  Layout parts[3];
+  for (int p = 0; p < 3; ++p) {
+    const int64_t from = p == 0 ? 0 : p == 1 ? dim : dim + count, to = p == 0 ? dim : p == 1 ? dim + count : rank;
+    if (!Collapse(std::vector<int64_t>(shape.begin() + from, shape.begin() + to), sizes[p], strides[p], &parts[p])) {
+      return false;
+    }
   }
+  if (parts[1].sizes.size() != 1) return false;  // the reduced dims do not merge into one
+  *layout = std::move(parts[0]);
   *outer_dims = static_cast<int>(layout->sizes.size());
-  layout->sizes.push_back(shape[dim]);
-  for (size_t k = 0; k < n; ++k) layout->strides[k].push_back(reduced_strides[k]);
-  if (static_cast<size_t>(dim) + 1 == rank) return true;
-  Layout inner;
-  if (!Collapse(std::vector<int64_t>(shape.begin() + dim + 1, shape.end()), inner_sizes, inner_strides, &inner)) {
-    return false;
-  }
-  layout->sizes.insert(layout->sizes.end(), inner.sizes.begin(), inner.sizes.end());
-  for (size_t k = 0; k < n; ++k) {
-    layout->strides[k].insert(layout->strides[k].end(), inner.strides[k].begin(), inner.strides[k].end());
+  for (int p = 1; p < (dim + count == rank ? 2 : 3); ++p) {
+    layout->sizes.insert(layout->sizes.end(), parts[p].sizes.begin(), parts[p].sizes.end());
+    for (size_t k = 0; k < n; ++k) {
+      layout->strides[k].insert(layout->strides[k].end(), parts[p].strides[k].begin(), parts[p].strides[k].end());
+    }
   }
   return true;
 }
@@ -1011,13 +1016,15 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
-void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides) {
-  while (sizes->size() + 1 < rank) {
-    sizes->insert(sizes->begin(), 1);
-    strides->insert(strides->begin(), 0);
+void UnsqueezeReduced(size_t rank, int dim, int count, std::vector<int64_t>* sizes,
+                      std::vector<int64_t>* strides) {
+  const size_t reduced_rank = rank - count;
+  if (sizes->size() < reduced_rank) {
+    sizes->insert(sizes->begin(), reduced_rank - sizes->size(), 1);
+    strides->insert(strides->begin(), reduced_rank - strides->size(), 0);
   }
-  sizes->insert(sizes->begin() + dim, 1);
-  strides->insert(strides->begin() + dim, 0);
+  sizes->insert(sizes->begin() + dim, count, 1);
+  strides->insert(strides->begin() + dim, count, 0);
 }
 
 std::string FusionBlocker(const Graph& g, const Node& node) {
@@ -1131,6 +1138,7 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
       open->reduction = reduction.kind;
       open->reduction_node = n.index;
       open->reduced_dim = reduction.dim;
+      open->reduced_count = reduction.count;
       open->keepdim = reduction.keepdim;
       epilogue = open;
       epilogue_shape = g.value(n.returns[0].values[0]).meta.sizes;
@@ -1164,9 +1172,9 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     open->nodes.push_back(n.index);
   }
 
-  for (size_t k = 0; k < plan.regions.size(); ++k) {
-    PointwiseRegion& r = plan.regions[k];
-    r.function = absl::StrCat("warden_kernel_", k);
+  std::vector<PointwiseRegion> regions;
+  regions.swap(plan.regions);
+  for (PointwiseRegion& r : regions) {
     const int first = r.nodes.front(), last = r.nodes.back();
     auto produced_here = [&](ValueId id) {
       const Value& v = g.value(id);
@@ -1193,7 +1201,9 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
         in_sizes.push_back(g.value(id).meta.sizes);
         in_strides.push_back(r.input_constant.back().inlined ? ContiguousStrides(in_sizes.back())
                                                              : g.value(id).meta.strides);
-        if (unsqueeze >= 0) UnsqueezeReduced(r.sizes.size(), unsqueeze, &in_sizes.back(), &in_strides.back());
+        if (unsqueeze >= 0) {
+          UnsqueezeReduced(r.sizes.size(), unsqueeze, r.reduced_count, &in_sizes.back(), &in_strides.back());
+        }
         r.static_layout = r.static_layout && is_static(id);
       }
       const ValueId out = n.returns[0].values[0];
@@ -1205,9 +1215,12 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     }
     if (r.reduction == ReductionKind::kNone) {
       Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
-    } else {
-      ReductionLayout(r.sizes, r.reduced_dim, in_sizes, in_strides, &r.layout, &r.outer_dims);
+    } else if (!ReductionLayout(r.sizes, r.reduced_dim, r.reduced_count, in_sizes, in_strides, &r.layout,
+                                &r.outer_dims)) {
+      continue;  // reduced dims that do not merge for some operand: the region's nodes are replayed
     }
+    r.function = absl::StrCat("warden_kernel_", plan.regions.size());
+    plan.regions.push_back(std::move(r));
   }
 
   if (!plan.regions.empty()) {

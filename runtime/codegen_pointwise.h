@@ -65,10 +65,11 @@ bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<i
               const std::vector<std::vector<int64_t>>& in_strides, Layout* layout);
 
 // The layout of a reduction region (Note [Row reductions]): the region shape split at the reduced
-// dim `dim` into outer dims (collapsed as by Collapse, >= 1 dim), the reduced dim on its own (kept
-// even if its size is 1) and, unless `dim` is the last one, the inner dims (collapsed, >= 1 dim).
+// dims [dim, dim + count) into outer dims (collapsed as by Collapse, >= 1 dim), the reduced dims
+// collapsed into one (kept even if its size is 1; false if they do not merge for some operand)
+// and, unless the reduced dims are the last ones, the inner dims (collapsed, >= 1 dim).
 // *outer_dims is the number of outer layout dims (the reduced one is layout dim *outer_dims).
-bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
+bool ReductionLayout(const std::vector<int64_t>& shape, int dim, int count,
                      const std::vector<std::vector<int64_t>>& in_sizes,
                      const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims);
 
@@ -76,13 +77,18 @@ bool ReductionLayout(const std::vector<int64_t>& shape, int dim,
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 
 // An operand of the reduced shape (keepdim=false) in the coordinates of the region shape (rank
-// `rank`): padded with leading size-1 dims to rank - 1, then a size-1, stride-0 dim inserted at `dim`.
-void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::vector<int64_t>* strides);
+// `rank`): padded with leading size-1 dims to rank - count, then `count` size-1, stride-0 dims
+// inserted at `dim`.
+void UnsqueezeReduced(size_t rank, int dim, int count, std::vector<int64_t>* sizes, std::vector<int64_t>* strides);
 
 // Note [Row reductions]
 // A region may contain one reduction over one dim `d` (any, negative dims normalized): softmax,
-// log_softmax, sum, mean, amax (keepdim or not), layer_norm over the last dim with optional [C]
-// weight/bias; f32/f64, no dtype conversion, reduced size >= 1. The region is
+// log_softmax, layer_norm over the last dim with optional [C] weight/bias, and sum, mean, amax
+// (keepdim or not) over d or over several consecutive dims [d, d + count) (a dim list, or every
+// dim: aten::sum/aten::mean without dim, an empty list), which the layout merges into one
+// (ReductionLayout; a region whose operands do not allow that is dropped, its nodes replayed);
+// f32/f64, no dtype conversion, reduced size >= 1. Below, "the reduced dim" is the merged one and
+// S[d] its size. The region is
 //   prologue (elementwise nodes on the reduced input's shape S, ending with the reduced value),
 //   the reduction,
 //   epilogue (elementwise nodes right after it on the reduction's result shape: S for
@@ -91,10 +97,10 @@ void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::ve
 // tensor operands are the reduction's result, earlier epilogue values or values from before the
 // region (not prologue values: they are not kept for the last pass). The region shape is S; an
 // operand of S' without keepdim is unsqueezed at d into S's coordinates (UnsqueezeReduced), so
-// every operand has a stride 0 along d there. The layout is ReductionLayout's.
+// every such operand has a stride 0 along the reduced dims there. The layout is ReductionLayout's.
 // The kernel runs *lines* [begin, end): a line is one position of the outer and inner dims, i.e.
 // one reduced output element; there are numel(S) / S[d] lines, in row-major order of S'.
-// * d last ("row"): one line is a row; the first loop (vectorized along the row) computes the
+// * reduced dim(s) last ("row"): one line is a row; the first loop (vectorized along the row) computes the
 //   prologue, reduces (max with NaN propagation, or a sum in vector order) and, for softmax-like
 //   ops, stores the reduced value into the row buffer: the reduction's output row when that is
 //   written, else a scratch row (malloc'd once per call). softmax/log_softmax make one more
@@ -102,11 +108,12 @@ void UnsqueezeReduced(size_t rank, int dim, std::vector<int64_t>* sizes, std::ve
 //   exp(x - max)), layer_norm one (the biased variance around the mean); the last pass computes
 //   the result (e * (1 / sum); x - max - log(sum); (x * rstd - rstd * mean) * w + b), the
 //   epilogue, and writes the values read later. sum/mean/amax compute the epilogue once per row.
-// * d not last ("columns"): lines are processed in blocks of up to kColumns consecutive positions
-//   of the innermost dim, vectorized across the block with per-column accumulators, looping over
-//   the reduced dim outside (the same passes, with a scratch block of S[d] x kColumns).
+// * otherwise ("columns"): lines are processed in blocks of up to 64 consecutive positions of the
+//   innermost dim, vectorized across the block with per-column accumulators, looping over the
+//   reduced dim outside (the same passes, with a scratch block of S[d] x 64).
 // Symbolic sizes and outer strides are params as for pointwise regions (the reduced dim's stride
-// too when it is not the innermost layout dim).
+// too when it is not the innermost layout dim); a run-time reduced size of 0 replays.
+
 // Note [Inlined constants]
 // A region input that is a graph constant (a captured tensor) of 1..kMaxInlinedElements elements,
 // not a view or otherwise sharing its storage, with a version counter (not an inference tensor),
@@ -142,7 +149,8 @@ struct PointwiseRegion {
   bool static_layout = true;              // sizes and strides are literals in the kernel
   ReductionKind reduction = ReductionKind::kNone;  // Note [Row reductions]
   int reduction_node = -1;                // its node index
-  int reduced_dim = -1;                   // d, in [0, rank(S))
+  int reduced_dim = -1;                   // d, in [0, rank(S)): the first reduced dim
+  int reduced_count = 1;                  // the reduced dims are [d, d + reduced_count)
   bool keepdim = false;                   // sum/mean/amax: S' keeps d as size 1
   int outer_dims = 0;                     // layout dims before the reduced one
   std::string function;                   // "warden_kernel_<region index>"

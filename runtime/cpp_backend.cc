@@ -64,7 +64,8 @@ struct KernelStep {
   int64_t numel = 0;           // traced
   codegen::Layout layout;      // traced
   std::vector<KernelInput> inputs;
-  int reduced_dim = -1;        // >= 0: a reduction region over this dim (Note [Row reductions])
+  int reduced_dim = -1;        // >= 0: a reduction region over dims [reduced_dim, + reduced_count)
+  int reduced_count = 1;       //   (Note [Row reductions])
   bool keepdim = false;
   int outer_dims = 0;          // layout dims before the reduced one
   bool fixed_reduced = false;  // the reduced size must be the traced one (layer_norm's shape)
@@ -115,7 +116,9 @@ class CppArtifact final : public CodegenArtifact {
         in.unsqueeze = r.input_unsqueeze[j];
         in.inlined = r.input_constant[j];
         std::vector<int64_t> sizes = m.sizes, strides = m.strides;
-        if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(r.sizes.size(), in.unsqueeze, &sizes, &strides);
+        if (in.unsqueeze >= 0) {
+          codegen::UnsqueezeReduced(r.sizes.size(), in.unsqueeze, r.reduced_count, &sizes, &strides);
+        }
         const size_t lead = r.sizes.size() - sizes.size();
         for (size_t d = 0; d < r.sizes.size(); ++d) {
           in.full.push_back(d >= lead && r.sizes[d] != 1 && sizes[d - lead] == r.sizes[d]);
@@ -129,6 +132,7 @@ class CppArtifact final : public CodegenArtifact {
       }
       k.output_reduced = r.output_reduced;
       k.reduced_dim = r.reduced_dim;
+      k.reduced_count = r.reduced_count;
       k.keepdim = r.keepdim;
       k.outer_dims = r.outer_dims;
       k.fixed_reduced = r.reduction == codegen::ReductionKind::kLayerNorm;
@@ -209,7 +213,7 @@ class CppArtifact final : public CodegenArtifact {
       sizes[j] = t.sizes().vec();
       // An inlined constant's literals are row-major (and its strides unchanged, RunKernel).
       strides[j] = in.inlined.inlined ? codegen::ContiguousStrides(sizes[j]) : t.strides().vec();
-      if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(rank, in.unsqueeze, &sizes[j], &strides[j]);
+      if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(rank, in.unsqueeze, k.reduced_count, &sizes[j], &strides[j]);
       const size_t lead = rank - sizes[j].size();
       for (size_t d = lead; d < rank; ++d) {
         const int64_t size = sizes[j][d - lead];
@@ -226,11 +230,10 @@ class CppArtifact final : public CodegenArtifact {
     codegen::Layout layout;
     int outer_dims = 0;
     if (k.reduced_dim >= 0) {
-      if ((*shape)[k.reduced_dim] < 1 ||
-          (k.fixed_reduced && (*shape)[k.reduced_dim] != k.sizes[k.reduced_dim])) {
+      if (ReducedSize(k, *shape) < 1 || (k.fixed_reduced && ReducedSize(k, *shape) != ReducedSize(k, k.sizes))) {
         return false;
       }
-      if (!codegen::ReductionLayout(*shape, k.reduced_dim, sizes, strides, &layout, &outer_dims) ||
+      if (!codegen::ReductionLayout(*shape, k.reduced_dim, k.reduced_count, sizes, strides, &layout, &outer_dims) ||
           outer_dims != k.outer_dims) {
         return false;
       }
@@ -251,13 +254,21 @@ class CppArtifact final : public CodegenArtifact {
   static std::vector<int64_t> OutputSizes(const KernelStep& k, size_t j, c10::IntArrayRef shape) {
     std::vector<int64_t> sizes = shape.vec();
     if (k.output_reduced[j]) {
+      const auto first = sizes.begin() + k.reduced_dim, last = first + k.reduced_count;
       if (k.keepdim) {
-        sizes[k.reduced_dim] = 1;
+        std::fill(first, last, 1);
       } else {
-        sizes.erase(sizes.begin() + k.reduced_dim);
+        sizes.erase(first, last);
       }
     }
     return sizes;
+  }
+
+  // The number of elements a reduction over `shape` reduces into one.
+  static int64_t ReducedSize(const KernelStep& k, c10::IntArrayRef shape) {
+    int64_t n = 1;
+    for (int d = k.reduced_dim; d < k.reduced_dim + k.reduced_count; ++d) n *= shape[d];
+    return n;
   }
 
   // Whether the inlined constant `t` still holds the values the kernel has as literals (Note
@@ -304,7 +315,7 @@ class CppArtifact final : public CodegenArtifact {
       for (at::Tensor& o : outs) out_ptrs.push_back(o.data_ptr());
       const int64_t* p = params.empty() ? nullptr : params.data();
       if (k.reduced_dim >= 0) {  // lines (Note [Row reductions]); the reduced size is >= 1
-        const int64_t reduced = sizes[k.reduced_dim], lines = n / reduced;
+        const int64_t reduced = ReducedSize(k, sizes), lines = n / reduced;
         if (n <= kGrainSize) {
           k.fn(in_ptrs.data(), out_ptrs.data(), p, 0, lines);
         } else {

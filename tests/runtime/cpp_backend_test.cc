@@ -1,7 +1,8 @@
 // Tests of backend "cpp" (runtime/cpp_backend.cc, codegen_*.cc) through warden::compile:
 // differential tests against eager for every fused op and for chains (f32/f64/i64/b8 and ATen's
 // type promotion, NaN/Inf, empty, broadcast, strided and non-contiguous operands, 0-dim operands,
-// static and symbolic sizes, row reductions with fused prologues, mixed graphs), each asserting
+// static and symbolic sizes, reductions over any dim(s) with fused prologues and epilogues,
+// inlined small constants and their run-time check, mixed graphs), each asserting
 // that the kernels really ran (no region fell back to replay); the on-disk kernel cache (reuse in
 // the same and in a second process, corrupt files) and the fallback to "aten" without a compiler.
 // Every test uses its own WARDEN_CACHE_DIR.
@@ -741,6 +742,38 @@ std::string RegionOf(const std::string& source, const std::string& op) {
   return "";
 }
 
+// sum/mean/amax over several consecutive dims (merged into one reduced dim) and over every dim,
+// with epilogues; dims that are not consecutive, or do not merge for a permuted input, are
+// replayed and still match eager.
+std::vector<at::Tensor> MultiDimReductions(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();   // [A, B, C]
+  const at::Tensor& xt = a[1].toTensor();  // [A, B, C], permuted storage
+  const at::Tensor& rows = a[2].toTensor();  // [A]
+  return {torch::sum(x, at::IntArrayRef{0, 1}), torch::mean(x * 2, {-2, -1}, /*keepdim=*/true), torch::amax(x, {2, 1}),
+          torch::mean(x, {1, 2}) * rows, torch::sum(x) * 0.5, torch::mean(torch::exp(x)),
+          torch::amax(x, {}, true), torch::sum(x, at::IntArrayRef{0, 2}), torch::sum(xt, at::IntArrayRef{0, 1})};
+}
+
+TEST_P(CppBackendTest, MultiDimReductionsMatchEager) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{1, 1, 1}, {3, 4, 5}, {6, 70, 90}}) {
+    at::Tensor x = torch::randn(shape, opts);
+    if (shape[0] >= 3) x[1][2][3] = NAN;
+    const Args args = {x, torch::randn({shape[2], shape[1], shape[0]}, opts).permute({2, 1, 0}),
+                       torch::randn({shape[0]}, opts)};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(MultiDimReductions, Cpp());
+    ExpectReductionsMatch(CallCached(f, args), MultiDimReductions(args), GetParam(),
+                          shape[0] * shape[1] * shape[2]);
+    const std::string source = EntrySource(f);
+    EXPECT_GE(FusedRegions(f), 7) << source;
+    EXPECT_THAT(source, HasSubstr(": aten::mean.dim, aten::mul.Tensor\n"));  // * rows: unsqueezed twice
+    EXPECT_THAT(source, HasSubstr(": aten::sum, aten::mul.Scalar"));
+    EXPECT_THAT(source, HasSubstr(": aten::exp, aten::mean"));
+  }
+}
+
 // Elementwise nodes after a reduction run in its kernel (Note [Row reductions]): one region per
 // function, listing the reduction and its epilogue; full-shaped (softmax, layer_norm) and
 // reduced-shaped (sum, mean, amax, with and without keepdim) epilogues, over the last and a
@@ -840,7 +873,7 @@ TEST(CppBackend, ReductionsWithSymbolicSizesShareOneKernel) {
     const at::Tensor& x = a[0].toTensor();
     const at::Tensor& y = a[1].toTensor();
     return {torch::softmax(x * 2, -1) * y, torch::sum(x, {0}), torch::log_softmax(x, 0) + 1,
-            torch::mean(x, {1}, true) - y, torch::amax(y, {0})};
+            torch::mean(x, {1}, true) - y, torch::amax(y, {0}), torch::sum(x * y, at::IntArrayRef{0, 1})};
   };
   CompiledFunction f = compile(fn, o);
   for (const auto& [n, m] : std::vector<std::pair<int64_t, int64_t>>{{3, 17}, {9, 17}, {70, 2}, {500, 300}, {3, 17}}) {
