@@ -28,6 +28,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/warden.h"
+#include "tracer/tracer.h"
 
 extern char** environ;
 
@@ -840,6 +841,56 @@ TEST_P(CppBackendTest, EpiloguesFuseIntoTheReduction) {
       std::string want;
       for (const char* op : c.ops) want += std::string(want.empty() ? ": " : ", ") + op;
       EXPECT_THAT(region, ::testing::EndsWith(want)) << EntrySource(f);
+    }
+  }
+}
+
+// A reduction kernel computes any range [begin, end) of its lines (the artifact splits them over
+// ATen's threads, also in the middle of a row of a block of columns; Note [Row reductions]):
+// every split gives what one call over all lines does.
+TEST(CppBackend, ReductionKernelsRunAnySplitOfTheirLines) {
+  ScopedCacheDir dir;
+  const std::vector<tracer::TracedFn> fns = {
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, 0) + 1}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::sum(a[0].toTensor(), {1}) * 3}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::log_softmax(a[0].toTensor(), -1)}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::amax(a[0].toTensor(), {0}, true)}; },
+  };
+  const at::Tensor x = torch::randn({40, 7, 33});
+  for (size_t i = 0; i < fns.size(); ++i) {
+    SCOPED_TRACE(i);
+    const tracer::TraceResult t = tracer::Trace(fns[i], {x}, {"x"});
+    const codegen::PointwisePlan plan = codegen::PlanPointwise(*t.graph);
+    ASSERT_EQ(plan.regions.size(), 1u);
+    const codegen::PointwiseRegion& r = plan.regions[0];
+    ASSERT_NE(r.reduction, codegen::ReductionKind::kNone);
+    ASSERT_EQ(r.inputs.size(), 1u);
+    ASSERT_EQ(r.outputs.size(), 1u);
+    const auto library = codegen::LoadKernels(plan.source, {r.function});
+    ASSERT_TRUE(library.ok()) << library.status();
+    const auto kernel = reinterpret_cast<codegen::PointwiseKernelFn>((*library)->Find(r.function));
+    int64_t reduced = 1;
+    for (int d = r.reduced_dim; d < r.reduced_dim + r.reduced_count; ++d) reduced *= x.size(d);
+    const int64_t lines = x.numel() / reduced;
+    const void* in[] = {x.data_ptr()};
+    auto run = [&](int64_t step) {
+      at::Tensor y = torch::full(t.outputs[0].sizes(), NAN);
+      void* out[] = {y.data_ptr()};
+      for (int64_t begin = 0; begin < lines; begin += step) kernel(in, out, nullptr, begin, std::min(lines, begin + step));
+      return y;
+    };
+    const at::Tensor whole = run(lines);
+    ExpectMatches(whole, t.outputs[0], 1e-5, 1e-5);
+    for (int64_t step : {1, 5, 32, 64, 65, 100}) {
+      ExpectMatches(run(step), whole, 1e-6, 1e-7, absl::StrCat("step ", step));
+      // One range alone writes the elements of its lines and nothing else.
+      at::Tensor y = torch::full(t.outputs[0].sizes(), NAN);
+      void* out[] = {y.data_ptr()};
+      const int64_t begin = 3, end = std::min(lines, begin + step);
+      kernel(in, out, nullptr, begin, end);
+      const at::Tensor written = torch::isfinite(y);
+      EXPECT_EQ(written.sum().item<int64_t>(), (end - begin) * (y.numel() / lines)) << "step " << step;
+      ExpectMatches(y.masked_select(written), whole.masked_select(written), 1e-6, 1e-7);
     }
   }
 }
