@@ -1,7 +1,9 @@
 // Pointwise fusion for backend "cpp": which nodes can run as generated C++ (FusionBlocker), the
-// partition of a graph into fused regions, their iteration layout, and the C++ source of one
-// kernel per region. Pure: no compiler, no files, no tensors touched but the small constants it
-// inlines (Collapse is shared with the artifact's run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
+// partition of a graph into fused regions (elementwise runs, reductions with their prologue and
+// epilogue), their iteration layout, and the C++ source of one kernel per region (reduction
+// kernels are written by codegen_reduction.cc). Pure: no compiler, no files, no tensors touched
+// but the small constants it inlines (Collapse and ReductionLayout are shared with the artifact's
+// run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
 //
 // Note [Pointwise regions]
 // A region is a maximal run of consecutive nodes (in graph order) that are each fusible and share
