@@ -1,6 +1,7 @@
 // Backend "cpp" against eager LibTorch and backend "aten" in the same run: the 10-op pointwise
 // chain on 16 and 16M floats (plus a plain copy of the same bytes, the bandwidth yardstick),
-// softmax, layer_norm, a gelu MLP and the demo's MLP + attention block. Every Warden function is
+// softmax, layer_norm, reductions over a leading dim (softmax, sum), epilogues fused into a
+// reduction (layer_norm + gelu, softmax * y), a gelu MLP and the demo's MLP + attention block. Every Warden function is
 // checked once against eager before it is timed. The summary prints, per workload, the medians
 // and the ratios eager/cpp and eager/aten, measured interleaved (see bench/reporting.h), and for
 // the 16M chain the fraction of copy bandwidth the fused kernel reaches.
@@ -57,6 +58,31 @@ std::vector<Workload>& Workloads() {
                       return {torch::layer_norm(a[0].toTensor() + 1, {1024}, g, b)};
                     },
                     {x}});
+    }
+    // Reductions over a leading dim (the column kernel) and epilogues fused into the reduction.
+    {
+      const at::Tensor x = torch::randn({1024, 1024});
+      w->push_back({"softmax_dim0/1024x1024",
+                    [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor(), 0)}; },
+                    {x}});
+      w->push_back({"sum_dim0/1024x1024",
+                    [](const Args& a) -> std::vector<at::Tensor> { return {torch::sum(a[0].toTensor(), {0})}; },
+                    {x}});
+      const at::Tensor x3 = torch::randn({32, 128, 64});
+      w->push_back({"softmax_dim1/32x128x64",
+                    [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor(), 1)}; },
+                    {x3}});
+      const at::Tensor g = torch::randn({1024}), b = torch::randn({1024});
+      w->push_back({"layer_norm_gelu/4096x1024",
+                    [g, b](const Args& a) -> std::vector<at::Tensor> {
+                      return {torch::gelu(torch::layer_norm(a[0].toTensor(), {1024}, g, b))};
+                    },
+                    {torch::randn({4096, 1024})}});
+      w->push_back({"softmax_mul/4096x1024",
+                    [](const Args& a) -> std::vector<at::Tensor> {
+                      return {torch::softmax(a[0].toTensor(), -1) * a[1].toTensor()};
+                    },
+                    {torch::randn({4096, 1024}), torch::randn({4096, 1024})}});
     }
     {
       const at::Tensor x = torch::randn({64, 256}), w1 = torch::randn({1024, 256}) * 0.06,

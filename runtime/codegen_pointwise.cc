@@ -1,6 +1,6 @@
 // Pointwise fusion: the op table (one row per fusible ATen op, with the C expression that
-// computes it as ATen's CPU kernel does), type promotion, region partition, layout collapsing and
-// source emission.
+// computes it as ATen's CPU kernel does), type promotion, region partition, layout collapsing,
+// inlined constants and the source of pointwise kernels (reduction kernels: codegen_reduction.cc).
 #include "runtime/codegen_pointwise.h"
 
 #include <algorithm>
@@ -14,11 +14,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/codegen_emit.h"
 
 namespace warden::codegen {
 namespace {
 
 using at::ScalarType;
+using emit::CanonicalName;
+using emit::CType;
+using emit::FullShaped;
+using emit::IsContiguous;
+using emit::KernelHead;
+using emit::LiteralOf;
+using emit::Load;
+using emit::NodeStatements;
+using emit::ReductionInfo;
+using emit::ReductionOf;
+using emit::ReductionSource;
+using emit::Stores;
 using tracer::Graph;
 using tracer::Node;
 using tracer::NodeArg;
@@ -210,42 +223,9 @@ const std::unordered_map<std::string, OpDef>& OpTable() {
   return *table;
 }
 
-bool IsContiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  if (sizes.size() != strides.size()) return false;
-  int64_t expected = 1;
-  for (size_t k = sizes.size(); k-- > 0;) {
-    if (sizes[k] == 0) return true;
-    if (sizes[k] != 1 && strides[k] != expected) return false;
-    expected *= sizes[k];
-  }
-  return true;
-}
-
 bool FusedDtype(ScalarType t) {
   return t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::Long || t == ScalarType::Bool;
 }
-
-const char* CType(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float: return "float";
-    case ScalarType::Double: return "double";
-    case ScalarType::Long: return "int64_t";
-    default: return "bool";
-  }
-}
-
-// A literal of dtype `t` for the finite or non-finite value `d` (already representable in t).
-std::string LiteralOf(double d, ScalarType t) {
-  if (t == ScalarType::Long) return absl::StrCat("INT64_C(", static_cast<int64_t>(d), ")");
-  if (t == ScalarType::Bool) return d != 0 ? "true" : "false";
-  const bool is_float = t == ScalarType::Float;
-  const char* f = is_float ? "f" : "";
-  if (std::isnan(d)) return is_float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
-  if (std::isinf(d)) return absl::StrCat("(", d < 0 ? "-" : "", "__builtin_inf", f, "())");
-  return absl::StrCat("(", absl::StrFormat("%a", is_float ? static_cast<float>(d) : d), f, ")");
-}
-
-std::string Operands::Lit(double v) const { return LiteralOf(v, dtype); }
 
 // A Scalar argument converted to dtype `t` as Scalar::to<T>() does. False if it is not a real
 // number, does not fit, or (integral t) is not an exact integer: those cases stay unfused.
@@ -337,279 +317,71 @@ bool Broadcasts(const std::vector<int64_t>& in, const std::vector<int64_t>& out)
   return true;
 }
 
-// A name for comments in the source that does not depend on user-chosen argument names, so that
-// equal kernels of different functions hash (and cache) alike.
-std::string CanonicalName(const Graph& g, ValueId id) {
-  const Value& v = g.value(id);
-  if (v.kind == tracer::ValueKind::kInput) return absl::StrCat("arg", v.arg_index);
-  return g.ValueName(id);
-}
-
-// Note [Row reductions]: the ops that end a region by reducing its last dim, and their arguments.
-struct ReductionDef {
-  ReductionKind kind;
-  bool dim_list;  // int[1] dim (else int dim)
-  int args;       // schema length
-};
-
-const std::unordered_map<std::string, ReductionDef>& ReductionTable() {
-  static const auto* table = new std::unordered_map<std::string, ReductionDef>{
-      {"aten::softmax.int", {ReductionKind::kSoftmax, false, 3}},
-      {"aten::_softmax", {ReductionKind::kSoftmax, false, 3}},
-      {"aten::log_softmax.int", {ReductionKind::kLogSoftmax, false, 3}},
-      {"aten::_log_softmax", {ReductionKind::kLogSoftmax, false, 3}},
-      {"aten::sum.dim_IntList", {ReductionKind::kSum, true, 4}},
-      {"aten::mean.dim", {ReductionKind::kMean, true, 4}},
-      {"aten::amax", {ReductionKind::kAmax, true, 3}},
-      {"aten::layer_norm", {ReductionKind::kLayerNorm, true, 6}},
-  };
-  return *table;
-}
-
-// The reduction `node` is, if it is one the fuser can run (over the last dim of an f32/f64
-// tensor, no dtype conversion), else kNone.
-ReductionKind ReductionOf(const Graph& g, const Node& node) {
-  auto it = ReductionTable().find(node.op);
-  if (it == ReductionTable().end() || !node.handle || node.mutates) return ReductionKind::kNone;
-  const ReductionDef& def = it->second;
-  if (node.args.size() != static_cast<size_t>(def.args) || node.returns.size() != 1 ||
-      node.returns[0].kind != NodeReturn::Kind::kTensor || node.returns[0].values.size() != 1 ||
-      node.args[0].kind != NodeArg::Kind::kValue) {
-    return ReductionKind::kNone;
+// Note [Inlined constants]: the constant `v` as literals, if it is inlined.
+InlinedConstant Inline(const Value& v) {
+  InlinedConstant c;
+  if (v.kind != tracer::ValueKind::kConstant || !v.constant.defined()) return c;
+  const at::Tensor& t = v.constant;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!FusedDtype(t.scalar_type()) || t.scalar_type() != v.meta.dtype || !t.device().is_cpu() ||
+      t.layout() != at::kStrided || t.requires_grad() || t.is_neg() || t.numel() < 1 ||
+      t.numel() > kMaxInlinedElements || !impl->has_storage() || !impl->version_counter().enabled() ||
+      impl->storage().use_count() != 1) {
+    return c;
   }
-  const Value& out = g.value(node.returns[0].values[0]);
-  const TensorMeta& im = g.value(node.args[0].value).meta;
-  const TensorMeta& m = out.meta;
-  if (im.sizes.empty() || im.sizes.back() < 1 || im.dtype != m.dtype ||
-      (m.dtype != ScalarType::Float && m.dtype != ScalarType::Double) || !m.device.is_cpu() ||
-      !im.device.is_cpu() || m.requires_grad || im.requires_grad || out.alias_of != tracer::kNoValue ||
-      !IsContiguous(m.sizes, m.strides) || im.strides.size() != im.sizes.size()) {
-    return ReductionKind::kNone;
-  }
-  if (def.kind == ReductionKind::kLayerNorm) {
-    // layer_norm(input, normalized_shape=[C], weight?, bias?, eps, cudnn_enable)
-    const NodeArg& shape = node.args[1];
-    if (shape.kind != NodeArg::Kind::kConstant || !shape.constant.isIntList() ||
-        shape.constant.toIntList().size() != 1 || shape.constant.toIntList().get(0) != im.sizes.back() ||
-        node.args[4].kind != NodeArg::Kind::kConstant || !node.args[4].constant.isDouble()) {
-      return ReductionKind::kNone;
+  c.version = impl->version_counter().current_version();  // before the values
+  c.data = t.data_ptr();
+  c.sizes = t.sizes().vec();
+  c.strides = t.strides().vec();
+  if (c.sizes != v.meta.sizes || c.strides != v.meta.strides) return InlinedConstant();
+  std::vector<std::string> items;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t offset = 0;
+    for (int64_t d = t.dim() - 1, rest = i; d >= 0; --d) {
+      offset += rest % c.sizes[d] * c.strides[d];
+      rest /= c.sizes[d];
     }
-    for (int a : {2, 3}) {
-      const NodeArg& wb = node.args[a];
-      if (wb.kind == NodeArg::Kind::kConstant && wb.constant.isNone()) continue;
-      if (wb.kind != NodeArg::Kind::kValue) return ReductionKind::kNone;
-      const TensorMeta& wm = g.value(wb.value).meta;
-      if (wm.sizes != std::vector<int64_t>{im.sizes.back()} || wm.dtype != m.dtype || !wm.device.is_cpu() ||
-          wm.requires_grad || wm.strides.size() != 1) {
-        return ReductionKind::kNone;
+    switch (t.scalar_type()) {
+      case ScalarType::Float:
+        items.push_back(LiteralOf(static_cast<const float*>(c.data)[offset], ScalarType::Float));
+        break;
+      case ScalarType::Double:
+        items.push_back(LiteralOf(static_cast<const double*>(c.data)[offset], ScalarType::Double));
+        break;
+      case ScalarType::Long: {
+        const int64_t x = static_cast<const int64_t*>(c.data)[offset];
+        items.push_back(x == INT64_MIN ? "INT64_MIN" : absl::StrCat("INT64_C(", x, ")"));
+        break;
       }
+      default:
+        items.push_back(static_cast<const bool*>(c.data)[offset] ? "true" : "false");
     }
-    return def.kind;
   }
-  for (size_t a = 1; a < node.args.size(); ++a) {
-    if (node.args[a].kind != NodeArg::Kind::kConstant) return ReductionKind::kNone;
-  }
-  const c10::IValue& dim = node.args[1].constant;
-  int64_t d;
-  if (def.dim_list) {
-    if (!dim.isIntList() || dim.toIntList().size() != 1) return ReductionKind::kNone;
-    d = dim.toIntList().get(0);
-  } else {
-    if (!dim.isInt()) return ReductionKind::kNone;
-    d = dim.toInt();
-  }
-  const int64_t rank = static_cast<int64_t>(im.sizes.size());
-  if (d < 0) d += rank;
-  if (d != rank - 1) return ReductionKind::kNone;
-  const c10::IValue& last = node.args[def.args - 1].constant;  // dtype (None) or half_to_float
-  if (!(last.isNone() || (last.isBool() && !last.toBool()))) return ReductionKind::kNone;
-  if (def.args == 4 && !node.args[2].constant.isBool()) return ReductionKind::kNone;  // keepdim
-  if (def.args == 3 && def.dim_list && !node.args[2].constant.isBool()) return ReductionKind::kNone;
-  return def.kind;
+  c.values = absl::StrCat("{", absl::StrJoin(items, ", "), "}");
+  c.inlined = true;
+  return c;
 }
 
-// The statements after the elementwise loop of a row-reduction region (Note [Row reductions]).
-std::string ReductionTail(ReductionKind kind, ScalarType t, int out, const std::string& weight = "",
-                          const std::string& bias = "", double eps = 0) {
-  const char* T = CType(t);
-  const std::string y = absl::StrCat("out", out);
-  const std::string nan = t == ScalarType::Float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
-  const char* f = t == ScalarType::Float ? "f" : "";
-  switch (kind) {
-    case ReductionKind::kAmax:
-      return absl::StrCat("    ", y, "[lin / inner] = nan ? ", nan, " : m;\n");
-    case ReductionKind::kSum:
-      return absl::StrCat("    ", y, "[lin / inner] = acc;\n");
-    case ReductionKind::kMean:
-      return absl::StrCat("    ", y, "[lin / inner] = acc / static_cast<", T, ">(inner);\n");
-    case ReductionKind::kSoftmax:
-      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
-                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) {\n",
-                          "      const ", T, " e = exp", f, "(", y, "[lin + j] - m);\n      ", y,
-                          "[lin + j] = e;\n      sum += e;\n    }\n    const ", T, " scale = 1 / sum;\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] *= scale;\n");
-    case ReductionKind::kLogSoftmax:
-      return absl::StrCat("    if (nan) m = ", nan, ";\n    ", T, " sum = 0;\n",
-                          "#pragma omp simd reduction(+:sum)\n    for (int64_t j = j0; j < j1; ++j) sum += exp", f,
-                          "(", y, "[lin + j] - m);\n    const ", T, " log_sum = log", f, "(sum);\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y,
-                          "[lin + j] = ", y, "[lin + j] - m - log_sum;\n");
-    case ReductionKind::kLayerNorm: {
-      // LayerNormKernel.cpp: rstd = 1 / sqrt(var + eps); y = (x * rstd + -rstd * mean) * w + b.
-      std::string y_j = absl::StrCat("(", y, "[lin + j] * rstd + shift)");
-      if (!weight.empty()) y_j = absl::StrCat("(", y_j, " * ", weight, ")");
-      if (!bias.empty()) y_j = absl::StrCat("(", y_j, " + ", bias, ")");
-      return absl::StrCat("    const ", T, " mean = acc / static_cast<", T, ">(inner);\n    ", T, " var = 0;\n",
-                          "#pragma omp simd reduction(+:var)\n    for (int64_t j = j0; j < j1; ++j) {\n",
-                          "      const ", T, " d = ", y, "[lin + j] - mean;\n      var += d * d;\n    }\n",
-                          "    const ", T, " rstd = 1 / __builtin_sqrt", f, "(var / static_cast<", T, ">(inner) + ",
-                          LiteralOf(eps, t), ");\n    const ", T, " shift = -rstd * mean;\n",
-                          "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) ", y, "[lin + j] = ", y_j, ";\n");
-    }
-    case ReductionKind::kNone:
-      break;
-  }
-  return "";
-}
-
+// Pointwise region (Note [Pointwise regions]).
 std::string RegionSource(const Graph& g, const PointwiseRegion& r) {
   const Layout& L = r.layout;
   const int dims = static_cast<int>(L.sizes.size());
   const int ins = static_cast<int>(r.inputs.size());
-  std::vector<std::string> ops;
-  for (int n : r.nodes) ops.push_back(g.nodes[n].op);
-  std::string s = absl::StrCat("// Nodes %", r.nodes.front(), "..%", r.nodes.back(), " on ",
-                               tracer::ShapeString(r.sizes), r.static_layout ? "" : " (symbolic)",
-                               ": ", absl::StrJoin(ops, ", "), "\n");
-  absl::StrAppend(&s, "extern \"C\" void ", r.function,
-                  "(const void** in, void** out, const int64_t* params, int64_t begin, int64_t end) {\n");
-  // Sizes and strides: literals when static, else params (innermost strides always literals).
-  int param = 0;
-  auto size_or_param = [&](int64_t traced, bool literal) {
-    return literal ? absl::StrCat(traced) : absl::StrCat("params[", param++, "]");
-  };
-  for (int d = 0; d < dims; ++d) {
-    absl::StrAppend(&s, "  const int64_t s", d, " = ", size_or_param(L.sizes[d], r.static_layout), ";\n");
-  }
-  for (int k = 0; k < ins; ++k) {
-    for (int d = 0; d < dims; ++d) {
-      absl::StrAppend(&s, "  const int64_t t", k, "_", d, " = ",
-                      size_or_param(L.strides[k][d], r.static_layout || d == dims - 1), ";\n");
-    }
-  }
-  absl::StrAppend(&s, "  (void)params;\n");
-  for (int k = 0; k < ins; ++k) {
-    const ScalarType t = g.value(r.inputs[k]).meta.dtype;
-    absl::StrAppend(&s, "  const ", CType(t), "* __restrict in", k, " = static_cast<const ", CType(t),
-                    "*>(in[", k, "]);  // ", CanonicalName(g, r.inputs[k]), "\n");
-  }
-  for (size_t k = 0; k < r.outputs.size(); ++k) {
-    const ScalarType t = g.value(r.outputs[k]).meta.dtype;
-    absl::StrAppend(&s, "  ", CType(t), "* __restrict out", k, " = static_cast<", CType(t), "*>(out[",
-                    k, "]);  // ", CanonicalName(g, r.outputs[k]), "\n");
-  }
+  std::string s = KernelHead(g, r);
   // The innermost loop over [j0, j1) of the row starting at linear index `lin`, input k at o<k>.
   std::vector<std::string> offsets;
   for (int k = 0; k < ins; ++k) offsets.push_back(absl::StrCat("int64_t o", k));
   absl::StrAppend(&s, "  const int64_t inner = s", dims - 1, ";\n  (void)inner;\n");
   absl::StrAppend(&s, "  auto row = [&](int64_t lin, ", absl::StrJoin(offsets, ", "), ins ? ", " : "",
                   "int64_t j0, int64_t j1) __attribute__((always_inline)) {\n");
-  // A row reduction consumes the value `reduced` of every element in the same loop.
-  const bool reduces = r.reduction != ReductionKind::kNone;
-  const Node* reduction = reduces ? &g.nodes[r.nodes.back()] : nullptr;
-  const ValueId reduced = reduces ? reduction->args[0].value : tracer::kNoValue;
-  const ScalarType rt = reduces ? g.value(reduced).meta.dtype : ScalarType::Float;
-  const bool max_like = r.reduction == ReductionKind::kAmax || r.reduction == ReductionKind::kSoftmax ||
-                        r.reduction == ReductionKind::kLogSoftmax;
-  if (max_like) {
-    absl::StrAppend(&s, "    ", CType(rt), " m = -", rt == ScalarType::Float ? "__builtin_inff()" : "__builtin_inf()",
-                    ";\n    int nan = 0;  // not bool: a bool reduction keeps the loop from vectorizing well\n"
-                    "#pragma omp simd reduction(max:m) reduction(|:nan)\n");
-  } else if (reduces) {
-    absl::StrAppend(&s, "    ", CType(rt), " acc = 0;\n#pragma omp simd reduction(+:acc)\n");
-  } else {
-    absl::StrAppend(&s, "#pragma omp simd\n");
-  }
-  absl::StrAppend(&s, "    for (int64_t j = j0; j < j1; ++j) {\n");
-  for (int k = 0; k < ins; ++k) {
-    const int64_t inner = L.strides[k][dims - 1];
-    const std::string index = inner == 0   ? absl::StrCat("o", k)
-                              : inner == 1 ? absl::StrCat("o", k, " + j")
-                                           : absl::StrCat("o", k, " + j * t", k, "_", dims - 1);
-    absl::StrAppend(&s, "      const ", CType(g.value(r.inputs[k]).meta.dtype), " v", r.inputs[k], " = in",
-                    k, "[", index, "];\n");
-  }
-  for (int index : r.nodes) {
-    if (reduces && index == r.nodes.back()) break;
-    const Node& node = g.nodes[index];
-    const OpDef& def = OpTable().at(node.op);
-    Operands o;
-    o.dtype = ComputeDtype(g, node, def);
-    for (int a = 0; a < def.tensors; ++a) {
-      const ValueId v = node.args[a].value;
-      const bool condition = def.kind == Kind::kWhere && a == 0;
-      const std::string name = absl::StrCat("v", v);
-      o.t.push_back(condition || g.value(v).meta.dtype == o.dtype
-                        ? name
-                        : absl::StrCat("static_cast<", CType(o.dtype), ">(", name, ")"));
-    }
-    for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
-      std::string text;
-      double value = 0;
-      ScalarLiteral(node.args[a].constant, o.dtype, &text, &value);  // checked by FusionBlocker
-      o.s.push_back(std::move(text));
-      o.value.push_back(value);
-    }
-    for (int a = def.tensors + def.scalars; a < static_cast<int>(node.args.size()); ++a) {
-      o.extra.push_back(node.args[a].constant);
-    }
-    const ValueId out = node.returns[0].values[0];
-    const ScalarType out_dtype = g.value(out).meta.dtype;
-    std::string expr = def.emit(o);
-    if (out_dtype != o.dtype && def.kind != Kind::kCompare) {
-      expr = absl::StrCat("static_cast<", CType(out_dtype), ">(", expr, ")");
-    }
-    absl::StrAppend(&s, "      const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
-                    CanonicalName(g, out), " = ", node.op, "\n");
-  }
-  int reduction_out = -1;
-  for (size_t k = 0; k < r.outputs.size(); ++k) {
-    if (reduces && r.outputs[k] == reduction->returns[0].values[0]) {
-      reduction_out = static_cast<int>(k);
-      continue;
-    }
-    absl::StrAppend(&s, "      out", k, "[lin + j] = v", r.outputs[k], ";\n");
-  }
-  if (max_like) {
-    absl::StrAppend(&s, "      m = v", reduced, " > m ? v", reduced, " : m;  // ", reduction->op,
-                    "\n      nan |= v", reduced, " != v", reduced, ";\n");
-    if (r.reduction != ReductionKind::kAmax) {
-      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
-    }
-  } else if (reduces) {
-    absl::StrAppend(&s, "      acc += v", reduced, ";  // ", reduction->op, "\n");
-    if (r.reduction == ReductionKind::kLayerNorm) {
-      absl::StrAppend(&s, "      out", reduction_out, "[lin + j] = v", reduced, ";\n");
-    }
-  }
-  std::string tail;
-  if (r.reduction == ReductionKind::kLayerNorm) {
-    // Weight and bias are region inputs of shape [C]: element j of the row.
-    auto element = [&](const NodeArg& a) -> std::string {
-      if (a.kind != NodeArg::Kind::kValue) return "";
-      const int k = static_cast<int>(std::find(r.inputs.begin(), r.inputs.end(), a.value) - r.inputs.begin());
-      return absl::StrCat("in", k, "[o", k, " + j * t", k, "_", dims - 1, "]");
-    };
-    tail = ReductionTail(r.reduction, rt, reduction_out, element(reduction->args[2]), element(reduction->args[3]),
-                         reduction->args[4].constant.toDouble());
-  } else if (reduces) {
-    tail = ReductionTail(r.reduction, rt, reduction_out);
-  }
-  absl::StrAppend(&s, "    }\n", tail, "  };\n");
+  absl::StrAppend(&s, "#pragma omp simd\n    for (int64_t j = j0; j < j1; ++j) {\n");
+  for (int k = 0; k < ins; ++k) absl::StrAppend(&s, Load(g, r, k, "      ", false, "j"));
+  absl::StrAppend(&s, NodeStatements(g, r.nodes, "      "), Stores(r, g, r.nodes, "lin + j", "      "),
+                  "    }\n  };\n");
 
   std::vector<std::string> zeros(ins, "0");
   const std::string zero_offsets = absl::StrCat(absl::StrJoin(zeros, ", "), ins ? ", " : "");
-  if (dims == 1 && !reduces) {
+  if (dims == 1) {
     if (r.static_layout) {
       // The whole range in one call (small tensors, one thread): literal bounds, so g++ can unroll.
       absl::StrAppend(&s, "  if (begin == 0 && end == s0) {\n    row(0, ", zero_offsets,
@@ -657,10 +429,160 @@ WARDEN_MATH(log10) WARDEN_MATH(tanh) WARDEN_MATH(erf) WARDEN_MATH(erfc) WARDEN_M
 WARDEN_MATH(cos)
 float powf(float, float) WARDEN_VECTOR_MATH;
 double pow(double, double) WARDEN_VECTOR_MATH;
+void* malloc(__SIZE_TYPE__) __attribute__((__nothrow__));  // scratch rows of reductions
+void free(void*) __attribute__((__nothrow__));
 }
 )src";
 
+std::string Operands::Lit(double v) const { return LiteralOf(v, dtype); }
+
 }  // namespace
+
+namespace emit {
+
+bool IsContiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (sizes.size() != strides.size()) return false;
+  int64_t expected = 1;
+  for (size_t k = sizes.size(); k-- > 0;) {
+    if (sizes[k] == 0) return true;
+    if (sizes[k] != 1 && strides[k] != expected) return false;
+    expected *= sizes[k];
+  }
+  return true;
+}
+
+const char* CType(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return "float";
+    case ScalarType::Double: return "double";
+    case ScalarType::Long: return "int64_t";
+    default: return "bool";
+  }
+}
+
+std::string LiteralOf(double d, ScalarType t) {
+  if (t == ScalarType::Long) return absl::StrCat("INT64_C(", static_cast<int64_t>(d), ")");
+  if (t == ScalarType::Bool) return d != 0 ? "true" : "false";
+  const bool is_float = t == ScalarType::Float;
+  const char* f = is_float ? "f" : "";
+  if (std::isnan(d)) return is_float ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+  if (std::isinf(d)) return absl::StrCat("(", d < 0 ? "-" : "", "__builtin_inf", f, "())");
+  return absl::StrCat("(", absl::StrFormat("%a", is_float ? static_cast<float>(d) : d), f, ")");
+}
+
+std::string CanonicalName(const Graph& g, ValueId id) {
+  const Value& v = g.value(id);
+  if (v.kind == tracer::ValueKind::kInput) return absl::StrCat("arg", v.arg_index);
+  return g.ValueName(id);
+}
+
+int TensorOperands(const Node& n) { return OpTable().at(n.op).tensors; }
+
+std::string KernelHead(const Graph& g, const PointwiseRegion& r) {
+  const Layout& L = r.layout;
+  const int dims = static_cast<int>(L.sizes.size());
+  const int ins = static_cast<int>(r.inputs.size());
+  std::vector<std::string> ops;
+  for (int n : r.nodes) ops.push_back(g.nodes[n].op);
+  std::string s = absl::StrCat("// Nodes %", r.nodes.front(), "..%", r.nodes.back(), " on ",
+                               tracer::ShapeString(r.sizes), r.static_layout ? "" : " (symbolic)",
+                               ": ", absl::StrJoin(ops, ", "), "\n");
+  absl::StrAppend(&s, "extern \"C\" void ", r.function,
+                  "(const void** in, void** out, const int64_t* params, int64_t begin, int64_t end) {\n");
+  int param = 0;
+  auto size_or_param = [&](int64_t traced, bool literal) {
+    return literal ? absl::StrCat(traced) : absl::StrCat("params[", param++, "]");
+  };
+  for (int d = 0; d < dims; ++d) {
+    absl::StrAppend(&s, "  const int64_t s", d, " = ", size_or_param(L.sizes[d], r.static_layout), ";\n");
+  }
+  for (int k = 0; k < ins; ++k) {
+    for (int d = 0; d < dims; ++d) {
+      absl::StrAppend(&s, "  const int64_t t", k, "_", d, " = ",
+                      size_or_param(L.strides[k][d], r.static_layout || d == dims - 1), ";\n");
+    }
+  }
+  absl::StrAppend(&s, "  (void)params;\n");
+  for (int k = 0; k < ins; ++k) {
+    const ScalarType t = g.value(r.inputs[k]).meta.dtype;
+    const InlinedConstant& c = r.input_constant[k];
+    if (c.inlined) {
+      absl::StrAppend(&s, "  static const ", CType(t), " in", k, "[] = ", c.values, ";  // ",
+                      CanonicalName(g, r.inputs[k]), " (inlined)\n");
+      continue;
+    }
+    absl::StrAppend(&s, "  const ", CType(t), "* __restrict in", k, " = static_cast<const ", CType(t),
+                    "*>(in[", k, "]);  // ", CanonicalName(g, r.inputs[k]), "\n");
+  }
+  for (size_t k = 0; k < r.outputs.size(); ++k) {
+    const ScalarType t = g.value(r.outputs[k]).meta.dtype;
+    absl::StrAppend(&s, "  ", CType(t), "* __restrict out", k, " = static_cast<", CType(t), "*>(out[",
+                    k, "]);  // ", CanonicalName(g, r.outputs[k]), "\n");
+  }
+  return s;
+}
+
+std::string Load(const Graph& g, const PointwiseRegion& r, int k, const std::string& indent,
+                 bool r_term, const std::string& j) {
+  const int dims = static_cast<int>(r.layout.sizes.size());
+  std::string index = absl::StrCat("o", k);
+  if (r_term) absl::StrAppend(&index, " + r * t", k, "_", r.outer_dims);
+  const int64_t inner = r.layout.strides[k][dims - 1];
+  if (!j.empty() && inner == 1) absl::StrAppend(&index, " + ", j);
+  if (!j.empty() && inner != 0 && inner != 1) absl::StrAppend(&index, " + ", j, " * t", k, "_", dims - 1);
+  return absl::StrCat(indent, "const ", CType(g.value(r.inputs[k]).meta.dtype), " v", r.inputs[k], " = in",
+                      k, "[", index, "];\n");
+}
+
+std::string NodeStatements(const Graph& g, const std::vector<int>& nodes, const std::string& indent) {
+  std::string s;
+  for (int index : nodes) {
+    const Node& node = g.nodes[index];
+    const OpDef& def = OpTable().at(node.op);
+    Operands o;
+    o.dtype = ComputeDtype(g, node, def);
+    for (int a = 0; a < def.tensors; ++a) {
+      const ValueId v = node.args[a].value;
+      const bool condition = def.kind == Kind::kWhere && a == 0;
+      const std::string name = absl::StrCat("v", v);
+      o.t.push_back(condition || g.value(v).meta.dtype == o.dtype
+                        ? name
+                        : absl::StrCat("static_cast<", CType(o.dtype), ">(", name, ")"));
+    }
+    for (int a = def.tensors; a < def.tensors + def.scalars; ++a) {
+      std::string text;
+      double value = 0;
+      ScalarLiteral(node.args[a].constant, o.dtype, &text, &value);  // checked by FusionBlocker
+      o.s.push_back(std::move(text));
+      o.value.push_back(value);
+    }
+    for (int a = def.tensors + def.scalars; a < static_cast<int>(node.args.size()); ++a) {
+      o.extra.push_back(node.args[a].constant);
+    }
+    const ValueId out = node.returns[0].values[0];
+    const ScalarType out_dtype = g.value(out).meta.dtype;
+    std::string expr = def.emit(o);
+    if (out_dtype != o.dtype && def.kind != Kind::kCompare) {
+      expr = absl::StrCat("static_cast<", CType(out_dtype), ">(", expr, ")");
+    }
+    absl::StrAppend(&s, indent, "const ", CType(out_dtype), " v", out, " = ", expr, ";  // ",
+                    CanonicalName(g, out), " = ", node.op, "\n");
+  }
+  return s;
+}
+
+std::string Stores(const PointwiseRegion& r, const Graph& g, const std::vector<int>& nodes,
+                   const std::string& index, const std::string& indent) {
+  std::string s;
+  for (size_t k = 0; k < r.outputs.size(); ++k) {
+    const Value& v = g.value(r.outputs[k]);
+    if (std::find(nodes.begin(), nodes.end(), v.node) == nodes.end()) continue;
+    absl::StrAppend(&s, indent, "out", k, "[", index, "] = v", r.outputs[k], ";\n");
+  }
+  return s;
+}
+
+}  // namespace emit
 
 bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& in_sizes,
               const std::vector<std::vector<int64_t>>& in_strides, Layout* layout) {
@@ -702,6 +624,16 @@ bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<i
   layout->sizes.assign(cur_sizes.rbegin(), cur_sizes.rend());
   for (size_t k = 0; k < n; ++k) layout->strides[k].assign(cur[k].rbegin(), cur[k].rend());
   return true;
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
 }
 
 std::string FusionBlocker(const Graph& g, const Node& node) {
@@ -787,20 +719,15 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     return static_cast<size_t>(id) >= symbolic_shape.size() || !symbolic_shape[id];
   };
 
-  // Whether every tensor a node reads or writes has static sizes (row reductions need that).
-  auto node_static = [&](const Node& n) {
-    for (const NodeArg& a : n.args) {
-      if (a.kind == NodeArg::Kind::kValue && !is_static(a.value)) return false;
-    }
-    return is_static(n.returns[0].values[0]);
-  };
-  PointwiseRegion* open = nullptr;
-  bool open_static = true;
+  PointwiseRegion* open = nullptr;      // the region elementwise nodes of its shape may join
+  PointwiseRegion* epilogue = nullptr;  // a reduction region whose epilogue nodes may follow
+  std::vector<int64_t> epilogue_shape;
   for (const Node& n : g.nodes) {
-    const ReductionKind reduction = ReductionOf(g, n);
-    if (reduction != ReductionKind::kNone && node_static(n)) {
+    const ReductionInfo reduction = ReductionOf(g, n);
+    if (reduction.kind != ReductionKind::kNone) {
       // Note [Row reductions]: ends the open region if it produced the reduced value just before,
-      // else runs alone; either way the region is closed after it.
+      // else starts one; either way only epilogue nodes may follow.
+      epilogue = nullptr;
       const ValueId in = n.args[0].value;
       const Value& v = g.value(in);
       // Other tensor operands (layer_norm's weight and bias) must come from before the region.
@@ -810,85 +737,107 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
         const Value& w = g.value(n.args[a].value);
         operands_before &= !(w.kind == tracer::ValueKind::kNode && w.node >= open->nodes.front());
       }
-      if (open == nullptr || !open_static || !operands_before || open->nodes.back() != n.index - 1 ||
+      if (open == nullptr || !operands_before || open->nodes.back() != n.index - 1 ||
           v.kind != tracer::ValueKind::kNode || v.node != n.index - 1 || open->sizes != v.meta.sizes) {
         plan.regions.emplace_back();
         open = &plan.regions.back();
         open->sizes = v.meta.sizes;
       }
       open->nodes.push_back(n.index);
-      open->reduction = reduction;
+      open->reduction = reduction.kind;
+      open->reduction_node = n.index;
+      open->reduced_dim = reduction.dim;
+      open->reduced_count = reduction.count;
+      open->keepdim = reduction.keepdim;
+      epilogue = open;
+      epilogue_shape = g.value(n.returns[0].values[0]).meta.sizes;
       open = nullptr;
       continue;
     }
     if (!FusionBlocker(g, n).empty()) {
-      open = nullptr;
+      open = epilogue = nullptr;
       continue;
     }
     const TensorMeta& m = g.value(n.returns[0].values[0]).meta;
+    if (epilogue != nullptr) {
+      // An epilogue node: of the reduction's result shape, reading no prologue value.
+      bool joins = m.sizes == epilogue_shape;
+      for (int a = 0; a < OpTable().at(n.op).tensors; ++a) {
+        const Value& w = g.value(n.args[a].value);
+        joins &= !(w.kind == tracer::ValueKind::kNode && w.node >= epilogue->nodes.front() &&
+                   w.node < epilogue->reduction_node);
+      }
+      if (joins) {
+        epilogue->nodes.push_back(n.index);
+        continue;
+      }
+      epilogue = nullptr;
+    }
     if (open == nullptr || open->sizes != m.sizes) {
       plan.regions.emplace_back();
       open = &plan.regions.back();
       open->sizes = m.sizes;
-      open_static = true;
     }
     open->nodes.push_back(n.index);
-    open_static = open_static && node_static(n);
   }
 
-  for (size_t k = 0; k < plan.regions.size(); ++k) {
-    PointwiseRegion& r = plan.regions[k];
-    r.function = absl::StrCat("warden_kernel_", k);
+  std::vector<PointwiseRegion> regions;
+  regions.swap(plan.regions);
+  for (PointwiseRegion& r : regions) {
     const int first = r.nodes.front(), last = r.nodes.back();
     auto produced_here = [&](ValueId id) {
       const Value& v = g.value(id);
       return v.kind == tracer::ValueKind::kNode && v.node >= first && v.node <= last;
     };
+    const bool reduced_shape = r.reduction != ReductionKind::kNone && !FullShaped(r.reduction);
     std::vector<std::vector<int64_t>> in_sizes, in_strides;
     for (int index : r.nodes) {
       const Node& n = g.nodes[index];
-      const bool is_reduction = r.reduction != ReductionKind::kNone && index == last;
+      const bool is_reduction = index == r.reduction_node;
+      const bool after = r.reduction != ReductionKind::kNone && index >= r.reduction_node;
+      // Operands of the reduced shape without keepdim, in the region's coordinates.
+      const int unsqueeze = after && !is_reduction && reduced_shape && !r.keepdim ? r.reduced_dim : -1;
       const int tensors = is_reduction ? static_cast<int>(n.args.size()) : OpTable().at(n.op).tensors;
       for (int a = 0; a < tensors; ++a) {
         if (n.args[a].kind != NodeArg::Kind::kValue) continue;  // a reduction's constants
         const ValueId id = n.args[a].value;
-        if (produced_here(id) ||
-            std::find(r.inputs.begin(), r.inputs.end(), id) != r.inputs.end()) {
-          continue;
-        }
+        bool known = produced_here(id);
+        for (size_t j = 0; j < r.inputs.size(); ++j) known |= r.inputs[j] == id && r.input_unsqueeze[j] == unsqueeze;
+        if (known) continue;
         r.inputs.push_back(id);
+        r.input_unsqueeze.push_back(unsqueeze);
+        r.input_constant.push_back(Inline(g.value(id)));
         in_sizes.push_back(g.value(id).meta.sizes);
-        in_strides.push_back(g.value(id).meta.strides);
+        in_strides.push_back(r.input_constant.back().inlined ? ContiguousStrides(in_sizes.back())
+                                                             : g.value(id).meta.strides);
+        if (unsqueeze >= 0) {
+          UnsqueezeReduced(r.sizes.size(), unsqueeze, r.reduced_count, &in_sizes.back(), &in_strides.back());
+        }
         r.static_layout = r.static_layout && is_static(id);
       }
       const ValueId out = n.returns[0].values[0];
       r.static_layout = r.static_layout && is_static(out);
-      if (last_user[out] > last || returned[out] || is_reduction) r.outputs.push_back(out);
+      if (last_user[out] > last || returned[out]) {
+        r.outputs.push_back(out);
+        r.output_reduced.push_back(after && reduced_shape);
+      }
     }
     if (r.reduction == ReductionKind::kNone) {
       Collapse(r.sizes, in_sizes, in_strides, &r.layout);  // operands broadcast (FusionBlocker)
-      continue;
+    } else if (!ReductionLayout(r.sizes, r.reduced_dim, r.reduced_count, in_sizes, in_strides, &r.layout,
+                                &r.outer_dims)) {
+      continue;  // reduced dims that do not merge for some operand: the region's nodes are replayed
     }
-    // Rows: the outer dims collapsed, then the reduced dim on its own.
-    std::vector<int64_t> outer(r.sizes.begin(), r.sizes.end() - 1);
-    std::vector<int64_t> inner_strides;
-    for (size_t j = 0; j < in_sizes.size(); ++j) {
-      // Right-aligned: an operand's last dim (if any) is the reduced one.
-      const bool full = !in_sizes[j].empty() && in_sizes[j].back() == r.sizes.back() && r.sizes.back() != 1;
-      inner_strides.push_back(full ? in_strides[j].back() : 0);
-      if (!in_sizes[j].empty()) {
-        in_sizes[j].pop_back();
-        in_strides[j].pop_back();
-      }
-    }
-    Collapse(outer, in_sizes, in_strides, &r.layout);
-    r.layout.sizes.push_back(r.sizes.back());
-    for (size_t j = 0; j < in_sizes.size(); ++j) r.layout.strides[j].push_back(inner_strides[j]);
+    r.function = absl::StrCat("warden_kernel_", plan.regions.size());
+    plan.regions.push_back(std::move(r));
   }
 
   if (!plan.regions.empty()) {
     plan.source = kPrelude;
-    for (const PointwiseRegion& r : plan.regions) absl::StrAppend(&plan.source, "\n", RegionSource(g, r));
+    for (const PointwiseRegion& r : plan.regions) {
+      absl::StrAppend(&plan.source, "\n",
+                      r.reduction == ReductionKind::kNone ? RegionSource(g, r) : ReductionSource(g, r));
+    }
   }
   return plan;
 }

@@ -1,7 +1,9 @@
 // Pointwise fusion for backend "cpp": which nodes can run as generated C++ (FusionBlocker), the
-// partition of a graph into fused regions, their iteration layout, and the C++ source of one
-// kernel per region. Pure: no compiler, no files, no tensors touched (Collapse is shared with the
-// artifact's run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
+// partition of a graph into fused regions (elementwise runs, reductions with their prologue and
+// epilogue), their iteration layout, and the C++ source of one kernel per region (reduction
+// kernels are written by codegen_reduction.cc). Pure: no compiler, no files, no tensors touched
+// but the small constants it inlines (Collapse and ReductionLayout are shared with the artifact's
+// run-time check). Compiling lives in codegen_compiler.h, running in cpp_backend.cc.
 //
 // Note [Pointwise regions]
 // A region is a maximal run of consecutive nodes (in graph order) that are each fusible and share
@@ -16,8 +18,9 @@
 // registers. The kernel of region k is
 //   extern "C" void warden_kernel_k(const void** in, void** out, const int64_t* params,
 //                                   int64_t begin, int64_t end)
-// and computes output elements [begin, end) (linear, row-major) of the region shape. in[] are the
-// data pointers of PointwiseRegion::inputs, out[] of ::outputs. The iteration space is the region
+// and computes output elements [begin, end) (linear, row-major) of the region shape (a reduction
+// region: lines, Note [Row reductions]). in[] are the data pointers of PointwiseRegion::inputs
+// (unused for inlined constants, Note [Inlined constants]), out[] of ::outputs. The iteration space is the region
 // shape with size-1 dims dropped and mergeable dims merged (Collapse): sizes and per-input element
 // strides are literals in the source where every value of the region has static sizes (CompileContext),
 // else read from params = [sizes..., outer strides of in[0]..., outer strides of in[1]..., ...]
@@ -63,26 +66,95 @@ struct Layout {
 bool Collapse(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& in_sizes,
               const std::vector<std::vector<int64_t>>& in_strides, Layout* layout);
 
+// The layout of a reduction region (Note [Row reductions]): the region shape split at the reduced
+// dims [dim, dim + count) into outer dims (collapsed as by Collapse, >= 1 dim), the reduced dims
+// collapsed into one (kept even if its size is 1; false if they do not merge for some operand)
+// and, unless the reduced dims are the last ones, the inner dims (collapsed, >= 1 dim).
+// *outer_dims is the number of outer layout dims (the reduced one is layout dim *outer_dims).
+bool ReductionLayout(const std::vector<int64_t>& shape, int dim, int count,
+                     const std::vector<std::vector<int64_t>>& in_sizes,
+                     const std::vector<std::vector<int64_t>>& in_strides, Layout* layout, int* outer_dims);
+
+// The strides of a contiguous tensor of `sizes`.
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
+
+// An operand of the reduced shape (keepdim=false) in the coordinates of the region shape (rank
+// `rank`): padded with leading size-1 dims to rank - count, then `count` size-1, stride-0 dims
+// inserted at `dim`.
+void UnsqueezeReduced(size_t rank, int dim, int count, std::vector<int64_t>* sizes, std::vector<int64_t>* strides);
+
 // Note [Row reductions]
-// A region may end with one reduction over the last dim (softmax, log_softmax, sum, mean, amax,
-// layer_norm over the last dim with optional [C] weight/bias; f32/f64, no dtype conversion) when every value it touches has static sizes: either the node
-// right after the region, reducing the region's last result, or a region of its own. Its kernel
-// runs whole rows (begin and end are multiples of the last dim): one loop computes the
-// elementwise nodes, writes their outputs and reduces (max with NaN propagation, or a sum in
-// vector order), then softmax/log_softmax make two more passes over the output row as ATen's
-// vectorized last-dim kernels do (exp(x - max) scaled by 1/sum; x - max - log(sum); layer_norm:
-// mean, then the biased variance in a second pass, then (x * rstd - rstd * mean) * w + b). The region
-// shape is the reduced input's; the layout is the outer dims collapsed plus the reduced dim.
+// A region may contain one reduction over one dim `d` (any, negative dims normalized): softmax,
+// log_softmax, layer_norm over the last dim with optional [C] weight/bias, and sum, mean, amax
+// (keepdim or not) over d or over several consecutive dims [d, d + count) (a dim list, or every
+// dim: aten::sum/aten::mean without dim, an empty list), which the layout merges into one
+// (ReductionLayout; a region whose operands do not allow that is dropped, its nodes replayed);
+// f32/f64, no dtype conversion, reduced size >= 1. Below, "the reduced dim" is the merged one and
+// S[d] its size. The region is
+//   prologue (elementwise nodes on the reduced input's shape S, ending with the reduced value),
+//   the reduction,
+//   epilogue (elementwise nodes right after it on the reduction's result shape: S for
+//             softmax/log_softmax/layer_norm, the reduced shape S' for sum/mean/amax),
+// all consecutive in graph order, so Note [Pointwise regions]'s invariant holds. An epilogue node's
+// tensor operands are the reduction's result, earlier epilogue values or values from before the
+// region (not prologue values: they are not kept for the last pass). The region shape is S; an
+// operand of S' without keepdim is unsqueezed at d into S's coordinates (UnsqueezeReduced), so
+// every such operand has a stride 0 along the reduced dims there. The layout is ReductionLayout's.
+// The kernel runs *lines* [begin, end): a line is one position of the outer and inner dims, i.e.
+// one reduced output element; there are numel(S) / S[d] lines, in row-major order of S'.
+// * reduced dim(s) last ("row"): one line is a row; the first loop (vectorized along the row) computes the
+//   prologue, reduces (max with NaN propagation, or a sum in vector order) and, for softmax-like
+//   ops, stores the reduced value into the row buffer: the reduction's output row when that is
+//   written, else a scratch row (malloc'd once per call). softmax/log_softmax make one more
+//   pass as ATen's vectorized last-dim kernels do (exp(x - max) and its sum; the sum of
+//   exp(x - max)), layer_norm one (the biased variance around the mean); the last pass computes
+//   the result (e * (1 / sum); x - max - log(sum); (x * rstd - rstd * mean) * w + b), the
+//   epilogue, and writes the values read later. sum/mean/amax compute the epilogue once per row.
+// * otherwise ("columns"): lines are processed in blocks of up to 64 consecutive positions of the
+//   innermost dim, vectorized across the block with per-column accumulators, looping over the
+//   reduced dim outside (the same passes, with a scratch block of S[d] x 64).
+// Symbolic sizes and outer strides are params as for pointwise regions (the reduced dim's stride
+// too when it is not the innermost layout dim); a run-time reduced size of 0 replays.
+
+// Note [Inlined constants]
+// A region input that is a graph constant (a captured tensor) of 1..kMaxInlinedElements elements,
+// not a view or otherwise sharing its storage, with a version counter (not an inference tensor),
+// is a `static const` array of literals in the kernel (row-major; its layout strides are the
+// contiguous ones). Constants are captured by reference, so the user may change them between
+// calls: the plan records the data pointer, sizes, strides and version counter it read the values
+// under (the version first, so a concurrent in-place update leaves a stale version, never stale
+// values), and the artifact's run-time check (Note [Region run-time check]) requires all of them,
+// and a storage still not shared, to be unchanged, else it replays the region, which reads the
+// constant as eager does. Every in-place ATen update bumps the version counter; writes through a
+// raw data pointer are not seen (as by autograd's version checks).
+constexpr int64_t kMaxInlinedElements = 16;
+
+struct InlinedConstant {
+  bool inlined = false;
+  std::string values;                   // "{...}": the elements, row-major
+  const void* data = nullptr;           // as read
+  std::vector<int64_t> sizes, strides;  // as read
+  uint32_t version = 0;                 // as read
+};
+
 enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 
 struct PointwiseRegion {
   std::vector<int> nodes;                 // consecutive node indices, in order
-  std::vector<int64_t> sizes;             // traced shape of every node result in the region
-  std::vector<tracer::ValueId> inputs;    // in[k]
+  std::vector<int64_t> sizes;             // region shape (a reduction region: its input's, S)
+  std::vector<tracer::ValueId> inputs;    // in[k] (a value may appear twice, see input_unsqueeze)
+  std::vector<int> input_unsqueeze;       // per input: d if UnsqueezeReduced applies, else -1
+  std::vector<InlinedConstant> input_constant;  // per input (Note [Inlined constants])
   std::vector<tracer::ValueId> outputs;   // out[k]: results read after the region or returned
+  std::vector<bool> output_reduced;       // per output: of the reduced shape S' (else S)
   Layout layout;                          // the traced iteration space
   bool static_layout = true;              // sizes and strides are literals in the kernel
-  ReductionKind reduction = ReductionKind::kNone;  // the last node reduces (Note [Row reductions])
+  ReductionKind reduction = ReductionKind::kNone;  // Note [Row reductions]
+  int reduction_node = -1;                // its node index
+  int reduced_dim = -1;                   // d, in [0, rank(S)): the first reduced dim
+  int reduced_count = 1;                  // the reduced dims are [d, d + reduced_count)
+  bool keepdim = false;                   // sum/mean/amax: S' keeps d as size 1
+  int outer_dims = 0;                     // layout dims before the reduced one
   std::string function;                   // "warden_kernel_<region index>"
 };
 

@@ -10,10 +10,13 @@
 // autograd or the negative bit, and have the traced rank. A static region (sizes and strides are
 // literals in the kernel) then needs exactly the traced sizes and strides. A symbolic one needs
 // the traced broadcast pattern (a dim that was broadcast is still 1, a full dim equals the other
-// full dims), and the collapsed layout of the run-time tensors (codegen::Collapse) must have the
-// traced number of dims and innermost strides; its sizes and outer strides become the kernel's
-// params. The pattern check makes every node result of the region the region shape again, which
-// is what the single loop assumes.
+// full dims), and the collapsed layout of the run-time tensors (codegen::Collapse, or for a
+// reduction region codegen::ReductionLayout, with the traced number of outer dims and a reduced
+// size >= 1, the traced one for layer_norm) must have the traced number of dims and innermost
+// strides; its sizes and outer strides become the kernel's params. The pattern check makes every
+// node result of the region the region shape again (a reduction's: the reduced shape), which is
+// what the loops assume. An operand of a reduction's epilogue of the reduced shape is unsqueezed
+// first, as at compile time. An inlined constant must be unchanged (Note [Inlined constants]).
 #include <algorithm>
 #include <atomic>
 
@@ -49,7 +52,9 @@ struct KernelInput {
   at::Tensor constant;
   at::ScalarType dtype;
   std::vector<int64_t> sizes, strides;  // traced
-  std::vector<bool> full;               // per region dim: traced size is the region's (> 1)
+  int unsqueeze = -1;                   // codegen::UnsqueezeReduced at this dim, or -1
+  codegen::InlinedConstant inlined;     // Note [Inlined constants]
+  std::vector<bool> full;               // per region dim (after unsqueeze): traced size is the region's (> 1)
 };
 
 struct KernelStep {
@@ -59,8 +64,13 @@ struct KernelStep {
   int64_t numel = 0;           // traced
   codegen::Layout layout;      // traced
   std::vector<KernelInput> inputs;
-  int64_t row = 0;             // > 0: a row reduction over rows of this many elements
+  int reduced_dim = -1;        // >= 0: a reduction region over dims [reduced_dim, + reduced_count)
+  int reduced_count = 1;       //   (Note [Row reductions])
+  bool keepdim = false;
+  int outer_dims = 0;          // layout dims before the reduced one
+  bool fixed_reduced = false;  // the reduced size must be the traced one (layer_norm's shape)
   std::vector<int> output_slots;
+  std::vector<bool> output_reduced;  // of the reduced shape (else the region shape)
   std::vector<at::ScalarType> output_dtypes;
   std::vector<std::vector<int64_t>> output_sizes;  // traced
   int first_op = 0, end_op = 0;  // ops_[first_op, end_op): the region's nodes, for the fallback
@@ -94,7 +104,8 @@ class CppArtifact final : public CodegenArtifact {
       k.numel = 1;
       for (int64_t s : r.sizes) k.numel *= s;
       k.layout = r.layout;
-      for (ValueId id : r.inputs) {
+      for (size_t j = 0; j < r.inputs.size(); ++j) {
+        const ValueId id = r.inputs[j];
         const tracer::TensorMeta& m = g.value(id).meta;
         KernelInput in;
         in.slot = slots.Slot(id);
@@ -102,9 +113,15 @@ class CppArtifact final : public CodegenArtifact {
         in.dtype = m.dtype;
         in.sizes = m.sizes;
         in.strides = m.strides;
-        const size_t lead = r.sizes.size() - m.sizes.size();
+        in.unsqueeze = r.input_unsqueeze[j];
+        in.inlined = r.input_constant[j];
+        std::vector<int64_t> sizes = m.sizes, strides = m.strides;
+        if (in.unsqueeze >= 0) {
+          codegen::UnsqueezeReduced(r.sizes.size(), in.unsqueeze, r.reduced_count, &sizes, &strides);
+        }
+        const size_t lead = r.sizes.size() - sizes.size();
         for (size_t d = 0; d < r.sizes.size(); ++d) {
-          in.full.push_back(d >= lead && r.sizes[d] != 1 && m.sizes[d - lead] == r.sizes[d]);
+          in.full.push_back(d >= lead && r.sizes[d] != 1 && sizes[d - lead] == r.sizes[d]);
         }
         k.inputs.push_back(std::move(in));
       }
@@ -113,7 +130,12 @@ class CppArtifact final : public CodegenArtifact {
         k.output_dtypes.push_back(g.value(id).meta.dtype);
         k.output_sizes.push_back(g.value(id).meta.sizes);
       }
-      if (r.reduction != codegen::ReductionKind::kNone) k.row = r.sizes.back();
+      k.output_reduced = r.output_reduced;
+      k.reduced_dim = r.reduced_dim;
+      k.reduced_count = r.reduced_count;
+      k.keepdim = r.keepdim;
+      k.outer_dims = r.outer_dims;
+      k.fixed_reduced = r.reduction == codegen::ReductionKind::kLayerNorm;
       k.first_op = r.nodes.front();
       k.end_op = r.nodes.back() + 1;
       steps_.push_back({true, static_cast<int>(kernels_.size())});
@@ -188,9 +210,13 @@ class CppArtifact final : public CodegenArtifact {
     for (size_t j = 0; j < ins.size(); ++j) {
       const at::Tensor& t = *ins[j];
       const KernelInput& in = k.inputs[j];
-      const size_t lead = rank - in.sizes.size();
+      sizes[j] = t.sizes().vec();
+      // An inlined constant's literals are row-major (and its strides unchanged, RunKernel).
+      strides[j] = in.inlined.inlined ? codegen::ContiguousStrides(sizes[j]) : t.strides().vec();
+      if (in.unsqueeze >= 0) codegen::UnsqueezeReduced(rank, in.unsqueeze, k.reduced_count, &sizes[j], &strides[j]);
+      const size_t lead = rank - sizes[j].size();
       for (size_t d = lead; d < rank; ++d) {
-        const int64_t size = t.sizes()[d - lead];
+        const int64_t size = sizes[j][d - lead];
         if (!in.full[d]) {
           if (size != 1) return false;
         } else if (!seen[d]) {
@@ -200,11 +226,20 @@ class CppArtifact final : public CodegenArtifact {
           return false;
         }
       }
-      sizes[j] = t.sizes().vec();
-      strides[j] = t.strides().vec();
     }
     codegen::Layout layout;
-    if (!codegen::Collapse(*shape, sizes, strides, &layout)) return false;
+    int outer_dims = 0;
+    if (k.reduced_dim >= 0) {
+      if (ReducedSize(k, *shape) < 1 || (k.fixed_reduced && ReducedSize(k, *shape) != ReducedSize(k, k.sizes))) {
+        return false;
+      }
+      if (!codegen::ReductionLayout(*shape, k.reduced_dim, k.reduced_count, sizes, strides, &layout, &outer_dims) ||
+          outer_dims != k.outer_dims) {
+        return false;
+      }
+    } else if (!codegen::Collapse(*shape, sizes, strides, &layout)) {
+      return false;
+    }
     const size_t dims = k.layout.sizes.size();
     if (layout.sizes.size() != dims) return false;
     params->assign(layout.sizes.begin(), layout.sizes.end());
@@ -213,6 +248,36 @@ class CppArtifact final : public CodegenArtifact {
       params->insert(params->end(), layout.strides[j].begin(), layout.strides[j].end() - 1);
     }
     return true;
+  }
+
+  // The run-time sizes of output j of a symbolic region of `shape`.
+  static std::vector<int64_t> OutputSizes(const KernelStep& k, size_t j, c10::IntArrayRef shape) {
+    std::vector<int64_t> sizes = shape.vec();
+    if (k.output_reduced[j]) {
+      const auto first = sizes.begin() + k.reduced_dim, last = first + k.reduced_count;
+      if (k.keepdim) {
+        std::fill(first, last, 1);
+      } else {
+        sizes.erase(first, last);
+      }
+    }
+    return sizes;
+  }
+
+  // The number of elements a reduction over `shape` reduces into one.
+  static int64_t ReducedSize(const KernelStep& k, c10::IntArrayRef shape) {
+    int64_t n = 1;
+    for (int d = k.reduced_dim; d < k.reduced_dim + k.reduced_count; ++d) n *= shape[d];
+    return n;
+  }
+
+  // Whether the inlined constant `t` still holds the values the kernel has as literals (Note
+  // [Inlined constants]).
+  static bool Unchanged(const codegen::InlinedConstant& c, const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    return impl->has_storage() && impl->storage().use_count() == 1 && impl->version_counter().enabled() &&
+           impl->version_counter().current_version() == c.version && t.data_ptr() == c.data &&
+           t.sizes().equals(c.sizes) && t.strides().equals(c.strides);
   }
 
   // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
@@ -226,6 +291,7 @@ class CppArtifact final : public CodegenArtifact {
         return false;
       }
       if (k.static_layout && (!t.sizes().equals(in.sizes) || !t.strides().equals(in.strides))) return false;
+      if (in.inlined.inlined && !Unchanged(in.inlined, t)) return false;
       ins.push_back(&t);
     }
     std::vector<int64_t> shape, params;
@@ -236,8 +302,11 @@ class CppArtifact final : public CodegenArtifact {
     absl::InlinedVector<at::Tensor, 4> outs;
     for (size_t j = 0; j < k.output_dtypes.size(); ++j) {
       // Static: each output's traced sizes (a reduction's differ from the region shape).
-      outs.push_back(codegen::EmptyOutput(k.static_layout ? c10::IntArrayRef(k.output_sizes[j]) : sizes,
-                                          k.output_dtypes[j]));
+      if (k.static_layout) {
+        outs.push_back(codegen::EmptyOutput(k.output_sizes[j], k.output_dtypes[j]));
+      } else {
+        outs.push_back(codegen::EmptyOutput(OutputSizes(k, j, sizes), k.output_dtypes[j]));
+      }
     }
     if (n > 0) {
       absl::InlinedVector<const void*, 8> in_ptrs;
@@ -245,12 +314,17 @@ class CppArtifact final : public CodegenArtifact {
       for (const at::Tensor* t : ins) in_ptrs.push_back(t->data_ptr());
       for (at::Tensor& o : outs) out_ptrs.push_back(o.data_ptr());
       const int64_t* p = params.empty() ? nullptr : params.data();
-      if (n <= kGrainSize) {
+      if (k.reduced_dim >= 0) {  // lines (Note [Row reductions]); the reduced size is >= 1
+        const int64_t reduced = ReducedSize(k, sizes), lines = n / reduced;
+        if (n <= kGrainSize) {
+          k.fn(in_ptrs.data(), out_ptrs.data(), p, 0, lines);
+        } else {
+          at::parallel_for(0, lines, std::max<int64_t>(1, kGrainSize / reduced), [&](int64_t begin, int64_t end) {
+            k.fn(in_ptrs.data(), out_ptrs.data(), p, begin, end);
+          });
+        }
+      } else if (n <= kGrainSize) {
         k.fn(in_ptrs.data(), out_ptrs.data(), p, 0, n);
-      } else if (k.row > 0) {  // whole rows per task
-        at::parallel_for(0, n / k.row, std::max<int64_t>(1, kGrainSize / k.row), [&](int64_t begin, int64_t end) {
-          k.fn(in_ptrs.data(), out_ptrs.data(), p, begin * k.row, end * k.row);
-        });
       } else {
         at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
           k.fn(in_ptrs.data(), out_ptrs.data(), p, begin, end);

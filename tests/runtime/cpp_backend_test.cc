@@ -1,7 +1,8 @@
 // Tests of backend "cpp" (runtime/cpp_backend.cc, codegen_*.cc) through warden::compile:
 // differential tests against eager for every fused op and for chains (f32/f64/i64/b8 and ATen's
 // type promotion, NaN/Inf, empty, broadcast, strided and non-contiguous operands, 0-dim operands,
-// static and symbolic sizes, row reductions with fused prologues, mixed graphs), each asserting
+// static and symbolic sizes, reductions over any dim(s) with fused prologues and epilogues,
+// inlined small constants and their run-time check, mixed graphs), each asserting
 // that the kernels really ran (no region fell back to replay); the on-disk kernel cache (reuse in
 // the same and in a second process, corrupt files) and the fallback to "aten" without a compiler.
 // Every test uses its own WARDEN_CACHE_DIR.
@@ -27,6 +28,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/warden.h"
+#include "tracer/tracer.h"
 
 extern char** environ;
 
@@ -674,20 +676,334 @@ TEST_P(CppBackendTest, RowReductionsMatchEager) {
   }
 }
 
-// Symbolic sizes: reductions are not fused (their kernels need static sizes); still correct.
-TEST(CppBackend, RowReductionsWithSymbolicSizesAreReplayed) {
+// The tolerance of a reduction over `n` elements: sums in another order than ATen's.
+double ReductionAtol(at::ScalarType t, int64_t n) {
+  return std::max(Atol(t) * 10 * static_cast<double>(n), t == at::kFloat ? 1e-4 : 1e-10);
+}
+
+void ExpectReductionsMatch(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                           at::ScalarType t, int64_t n) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectMatches(got[i], want[i], Rtol(t), ReductionAtol(t, n), absl::StrCat("output ", i));
+  }
+}
+
+// Reductions over every dim of a 3-d tensor (negative dims, keepdim), with prologues, broadcast
+// operands, transposed and sliced inputs (Note [Row reductions], the column kernel).
+std::vector<at::Tensor> AnyDimReductions(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();   // [A, B, C]
+  const at::Tensor& c = a[1].toTensor();   // [C]
+  const at::Tensor& xt = a[2].toTensor();  // [A, B, C], permuted storage
+  const at::Tensor& xs = a[3].toTensor();  // [A, B, C], sliced
+  const at::Tensor h = torch::tanh(x * c + 1);
+  return {torch::softmax(h, 0), torch::softmax(x, 1), torch::softmax(x * 0.5, -2),
+          torch::log_softmax(h, 0), torch::log_softmax(x, -3),
+          torch::sum(x, {0}), torch::sum(h, {1}, /*keepdim=*/true), torch::sum(x - c, {-2}),
+          torch::mean(x, {0}, true), torch::mean(h, {-2}),
+          torch::amax(x, {0}), torch::amax(h, {1}, true), torch::amax(x, {-2}),
+          torch::softmax(xt, 0), torch::sum(xt, {1}), torch::amax(xt, {0}, true),
+          torch::log_softmax(xs, 1), torch::mean(xs, {0})};
+}
+
+TEST_P(CppBackendTest, ReductionsOverAnyDimMatchEager) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {1, 1, 1}, {3, 4, 5}, {2, 1, 7}, {5, 3, 1}, {7, 130, 9}, {40, 3, 300}}) {
+    at::Tensor x = torch::randn(shape, opts) * 3;
+    if (shape[0] >= 3 && shape[2] >= 5) {  // a NaN column, an Inf column, an all -Inf column
+      x[1][0][1] = NAN;
+      x[0][1][2] = INFINITY;
+      x.select(2, 3).select(1, 0).fill_(-INFINITY);
+    }
+    const at::Tensor xt = torch::randn({shape[2], shape[1], shape[0]}, opts).permute({2, 1, 0});
+    const at::Tensor xs = torch::randn({shape[0], shape[1] + 3, shape[2] * 2}, opts).slice(1, 2, 2 + shape[1]).slice(2, 0, shape[2] * 2, 2);
+    const Args args = {x, torch::randn({shape[2]}, opts), xt, xs};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(AnyDimReductions, Cpp());
+    ExpectReductionsMatch(CallCached(f, args), AnyDimReductions(args), GetParam(),
+                          *std::max_element(shape.begin(), shape.end()));
+    EXPECT_GE(FusedRegions(f), 15) << "fusion silently stopped";
+    const std::string source = EntrySource(f);
+    for (const char* op : {"aten::softmax.int", "aten::log_softmax.int", "aten::sum.dim_IntList",
+                           "aten::mean.dim", "aten::amax"}) {
+      EXPECT_THAT(source, HasSubstr(op)) << op;
+    }
+    EXPECT_THAT(source, HasSubstr("const int64_t cols"));  // the column kernel
+  }
+}
+
+// The region comment of the kernel running `op` (its first line lists the region's nodes).
+std::string RegionOf(const std::string& source, const std::string& op) {
+  std::istringstream in(source);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("// Nodes %", 0) == 0 && line.find(op) != std::string::npos) return line;
+  }
+  return "";
+}
+
+// sum/mean/amax over several consecutive dims (merged into one reduced dim) and over every dim,
+// with epilogues; dims that are not consecutive, or do not merge for a permuted input, are
+// replayed and still match eager.
+std::vector<at::Tensor> MultiDimReductions(const Args& a) {
+  const at::Tensor& x = a[0].toTensor();   // [A, B, C]
+  const at::Tensor& xt = a[1].toTensor();  // [A, B, C], permuted storage
+  const at::Tensor& rows = a[2].toTensor();  // [A]
+  return {torch::sum(x, at::IntArrayRef{0, 1}), torch::mean(x * 2, {-2, -1}, /*keepdim=*/true), torch::amax(x, {2, 1}),
+          torch::mean(x, {1, 2}) * rows, torch::sum(x) * 0.5, torch::mean(torch::exp(x)),
+          torch::amax(x, {}, true), torch::sum(x, at::IntArrayRef{0, 2}), torch::sum(xt, at::IntArrayRef{0, 1})};
+}
+
+TEST_P(CppBackendTest, MultiDimReductionsMatchEager) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{1, 1, 1}, {3, 4, 5}, {6, 70, 90}}) {
+    at::Tensor x = torch::randn(shape, opts);
+    if (shape[0] >= 3) x[1][2][3] = NAN;
+    const Args args = {x, torch::randn({shape[2], shape[1], shape[0]}, opts).permute({2, 1, 0}),
+                       torch::randn({shape[0]}, opts)};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(MultiDimReductions, Cpp());
+    ExpectReductionsMatch(CallCached(f, args), MultiDimReductions(args), GetParam(),
+                          shape[0] * shape[1] * shape[2]);
+    const std::string source = EntrySource(f);
+    EXPECT_GE(FusedRegions(f), 7) << source;
+    EXPECT_THAT(source, HasSubstr(": aten::mean.dim, aten::mul.Tensor\n"));  // * rows: unsqueezed twice
+    EXPECT_THAT(source, HasSubstr(": aten::sum, aten::mul.Scalar"));
+    EXPECT_THAT(source, HasSubstr(": aten::exp, aten::mean"));
+  }
+}
+
+// Elementwise nodes after a reduction run in its kernel (Note [Row reductions]): one region per
+// function, listing the reduction and its epilogue; full-shaped (softmax, layer_norm) and
+// reduced-shaped (sum, mean, amax, with and without keepdim) epilogues, over the last and a
+// leading dim, with broadcast operands, a bool result, and the reduction's own result returned
+// too or only used by the epilogue (the kernel's scratch row).
+TEST_P(CppBackendTest, EpiloguesFuseIntoTheReduction) {
+  ScopedCacheDir dir;
+  const auto opts = torch::TensorOptions().dtype(GetParam());
+  struct Case {
+    const char* name;
+    Fn fn;
+    std::vector<const char*> ops;  // in the reduction's region, in order
+  };
+  const std::vector<Case> cases = {
+      {"softmax_mul_add", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::softmax(a[0].toTensor(), -1) * a[1].toTensor() + 1}; },
+       {"aten::softmax.int", "aten::mul.Tensor", "aten::add.Scalar"}},
+      {"softmax_dim0_mul_also_returned", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor s = torch::softmax(a[0].toTensor() * 2, 0);
+         return {s * a[1].toTensor(), s}; },
+       {"aten::mul.Scalar", "aten::softmax.int", "aten::mul.Tensor"}},
+      {"log_softmax_dim0_exp", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::exp(torch::log_softmax(a[0].toTensor(), 0)) - a[1].toTensor()}; },
+       {"aten::log_softmax.int", "aten::exp", "aten::sub.Tensor"}},
+      {"layer_norm_gelu", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& x = a[0].toTensor();
+         return {torch::gelu(torch::layer_norm(x + 1, {x.size(1)}, a[3].toTensor(), a[3].toTensor()))}; },
+       {"aten::add.Scalar", "aten::layer_norm", "aten::gelu"}},
+      {"sum_keepdim_div_tanh", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& x = a[0].toTensor();
+         return {torch::tanh(torch::sum(x, {-1}, true) / static_cast<double>(x.size(1)))}; },
+       {"aten::sum.dim_IntList", "aten::div.Scalar", "aten::tanh"}},
+      {"mean_dim1_mul_rows", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::mean(a[0].toTensor(), {1}) * a[2].toTensor() - 0.5}; },
+       {"aten::mean.dim", "aten::mul.Tensor", "aten::sub.Scalar"}},
+      {"sum_dim0_mul_cols", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor s = torch::sum(torch::relu(a[0].toTensor()), {0});
+         return {torch::sigmoid(s * a[3].toTensor()), s}; },
+       {"aten::relu", "aten::sum.dim_IntList", "aten::mul.Tensor", "aten::sigmoid"}},
+      {"sum_dim0_same_operand_before_and_after", [](const Args& a) -> std::vector<at::Tensor> {
+         const at::Tensor& c = a[3].toTensor();
+         return {torch::sum(a[0].toTensor() * c, {0}) + c}; },
+       {"aten::mul.Tensor", "aten::sum.dim_IntList", "aten::add.Tensor"}},
+      {"amax_dim0_keepdim_gt", [](const Args& a) -> std::vector<at::Tensor> {
+         return {torch::amax(a[0].toTensor(), {0}, true) - a[3].toTensor() > 0}; },
+       {"aten::amax", "aten::sub.Tensor", "aten::gt.Scalar"}},
+  };
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 5}, {64, 300}, {300, 64}}) {
+    at::Tensor x = torch::randn({rows, cols}, opts) * 3;
+    if (rows >= 3 && cols >= 5) {
+      x[0][1] = NAN;
+      x[1][2] = INFINITY;
+      x[2].fill_(-INFINITY);
+    }
+    // y: [R, C] (transposed storage), rows: [R], cols: [C].
+    const Args args = {x, torch::randn({cols, rows}, opts).t(), torch::randn({rows}, opts), torch::randn({cols}, opts)};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(c.name, " on ", rows, "x", cols));
+      ExpectKernelsRan kernels_ran;
+      CompiledFunction f = compile(c.fn, Cpp(c.name));
+      ExpectReductionsMatch(CallCached(f, args), c.fn(args), GetParam(), std::max(rows, cols));
+      EXPECT_EQ(FusedRegions(f), 1);
+      const std::string region = RegionOf(EntrySource(f), c.ops.front());
+      std::string want;
+      for (const char* op : c.ops) want += std::string(want.empty() ? ": " : ", ") + op;
+      EXPECT_THAT(region, ::testing::EndsWith(want)) << EntrySource(f);
+    }
+  }
+}
+
+// A reduction kernel computes any range [begin, end) of its lines (the artifact splits them over
+// ATen's threads, also in the middle of a row of a block of columns; Note [Row reductions]):
+// every split gives what one call over all lines does.
+TEST(CppBackend, ReductionKernelsRunAnySplitOfTheirLines) {
+  ScopedCacheDir dir;
+  const std::vector<tracer::TracedFn> fns = {
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, 0) + 1}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::sum(a[0].toTensor(), {1}) * 3}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::log_softmax(a[0].toTensor(), -1)}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::amax(a[0].toTensor(), {0}, true)}; },
+  };
+  const at::Tensor x = torch::randn({40, 7, 33});
+  for (size_t i = 0; i < fns.size(); ++i) {
+    SCOPED_TRACE(i);
+    const tracer::TraceResult t = tracer::Trace(fns[i], {x}, {"x"});
+    const codegen::PointwisePlan plan = codegen::PlanPointwise(*t.graph);
+    ASSERT_EQ(plan.regions.size(), 1u);
+    const codegen::PointwiseRegion& r = plan.regions[0];
+    ASSERT_NE(r.reduction, codegen::ReductionKind::kNone);
+    ASSERT_EQ(r.inputs.size(), 1u);
+    ASSERT_EQ(r.outputs.size(), 1u);
+    const auto library = codegen::LoadKernels(plan.source, {r.function});
+    ASSERT_TRUE(library.ok()) << library.status();
+    const auto kernel = reinterpret_cast<codegen::PointwiseKernelFn>((*library)->Find(r.function));
+    int64_t reduced = 1;
+    for (int d = r.reduced_dim; d < r.reduced_dim + r.reduced_count; ++d) reduced *= x.size(d);
+    const int64_t lines = x.numel() / reduced;
+    const void* in[] = {x.data_ptr()};
+    auto run = [&](int64_t step) {
+      at::Tensor y = torch::full(t.outputs[0].sizes(), NAN);
+      void* out[] = {y.data_ptr()};
+      for (int64_t begin = 0; begin < lines; begin += step) kernel(in, out, nullptr, begin, std::min(lines, begin + step));
+      return y;
+    };
+    const at::Tensor whole = run(lines);
+    ExpectMatches(whole, t.outputs[0], 1e-5, 1e-5);
+    for (int64_t step : {1, 5, 32, 64, 65, 100}) {
+      ExpectMatches(run(step), whole, 1e-6, 1e-7, absl::StrCat("step ", step));
+      // One range alone writes the elements of its lines and nothing else.
+      at::Tensor y = torch::full(t.outputs[0].sizes(), NAN);
+      void* out[] = {y.data_ptr()};
+      const int64_t begin = 3, end = std::min(lines, begin + step);
+      kernel(in, out, nullptr, begin, end);
+      const at::Tensor written = torch::isfinite(y);
+      EXPECT_EQ(written.sum().item<int64_t>(), (end - begin) * (y.numel() / lines)) << "step " << step;
+      ExpectMatches(y.masked_select(written), whole.masked_select(written), 1e-6, 1e-7);
+    }
+  }
+}
+
+// Empty tensors: an empty outer or inner dim runs no line; an empty reduced dim is not fused
+// (sum gives zeros, mean NaN, as eager).
+TEST(CppBackend, EmptyReductions) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {torch::softmax(x * 2, 1) + 1, torch::sum(x, {1}) * 2, torch::amax(x, {-1}, true),
+            torch::softmax(x, 0), torch::mean(x, {0})};
+  };
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{0, 5}, {4, 0, 3}, {0, 3, 2}}) {
+    SCOPED_TRACE(tracer::ShapeString(shape));
+    const Args args = {torch::randn(shape)};
+    ExpectKernelsRan kernels_ran;
+    CompiledFunction f = compile(fn, Cpp());
+    ExpectAllMatch(CallCached(f, args), fn(args));
+  }
+}
+
+// Symbolic sizes: sizes and outer strides of reduction kernels are params (Note [Row
+// reductions]); one kernel serves every size, with epilogues, over the last and a leading dim.
+TEST(CppBackend, ReductionsWithSymbolicSizesShareOneKernel) {
   ScopedCacheDir dir;
   ExpectKernelsRan kernels_ran;
   Options o = Cpp();
   o.dynamic = Dynamic::kDynamic;
-  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, -1)}; };
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor& y = a[1].toTensor();
+    return {torch::softmax(x * 2, -1) * y, torch::sum(x, {0}), torch::log_softmax(x, 0) + 1,
+            torch::mean(x, {1}, true) - y, torch::amax(y, {0}), torch::sum(x * y, at::IntArrayRef{0, 1})};
+  };
   CompiledFunction f = compile(fn, o);
-  for (int64_t n : {3, 9}) {
-    const Args args = {torch::randn({n, 17})};
+  for (const auto& [n, m] : std::vector<std::pair<int64_t, int64_t>>{{3, 17}, {9, 17}, {70, 2}, {500, 300}, {3, 17}}) {
+    const Args args = {torch::randn({n, m}), torch::randn({n, m})};
     f(args);
-    ExpectAllMatch(f(args), fn(args));
+    const auto got = f(args), want = fn(args);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectMatches(got[i], want[i], 1e-5, ReductionAtol(at::kFloat, std::max(n, m)));
   }
-  EXPECT_THAT(EntrySource(f), Not(HasSubstr("softmax")));
+  EXPECT_EQ(f.stats().compiles, 1);
+  const std::string source = EntrySource(f);
+  EXPECT_THAT(source, HasSubstr("(symbolic): aten::mul.Scalar, aten::softmax.int, aten::mul.Tensor"));
+  EXPECT_THAT(source, HasSubstr("aten::sum.dim_IntList"));
+  EXPECT_THAT(source, HasSubstr("aten::amax"));
+  EXPECT_THAT(source, HasSubstr("params["));
+  // layer_norm's normalized shape is part of the graph: its rows vary, its width must not.
+  auto ln = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::gelu(torch::layer_norm(a[0].toTensor() * 2, {8}))};
+  };
+  CompiledFunction g = compile(ln, o);
+  for (int64_t n : {3, 50, 3}) {
+    const Args args = {torch::randn({n, 8})};
+    g(args);
+    ExpectAllMatch(g(args), ln(args));
+  }
+  EXPECT_THAT(EntrySource(g), HasSubstr("aten::layer_norm, aten::gelu"));
+}
+
+// Note [Inlined constants]: small captured tensors are literals in the kernel; an in-place update
+// of one between calls (and anything else that may change its values) makes the region replay,
+// which matches eager; a large constant, a view and an inference tensor stay pointers.
+TEST(CppBackend, SmallConstantsAreInlinedAndChecked) {
+  ScopedCacheDir dir;
+  const at::Tensor scale = torch::tensor({0.5f, -2.0f, 3.0f, 1.0f});  // [4], a closure constant
+  const at::Tensor shift = torch::tensor(1.25f);                       // 0-dim
+  const at::Tensor big = torch::randn({8, 4});                         // 32 elements: a pointer
+  auto fn = [=](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();  // [8, 4]
+    return {torch::softmax(x * scale + shift, -1) * scale, torch::tanh(x - big)};
+  };
+  const Args args = {torch::randn({8, 4})};
+  CompiledFunction f = compile(fn, Cpp());
+  {
+    ExpectKernelsRan kernels_ran;
+    ExpectAllMatch(CallCached(f, args), fn(args));
+  }
+  const std::string source = EntrySource(f);
+  EXPECT_THAT(source, HasSubstr("static const float in1[] = {(0x1p-1f), (-0x1p+1f), (0x1.8p+1f), (0x1p+0f)};"));
+  EXPECT_THAT(source, ::testing::ContainsRegex("static const float in[0-9]+\\[\\] = \\{\\(0x1.4p\\+0f\\)\\};"));
+  EXPECT_THAT(source, ::testing::ContainsRegex("\\(in\\[[0-9]+\\]\\);  // %c"));  // big
+  // In-place updates between calls: each call after one replays the region and matches eager.
+  int64_t fallbacks = CodegenRegionFallbacks();
+  for (int i = 0; i < 3; ++i) {
+    scale.mul_(-1.5);
+    shift.add_(1);
+    ExpectAllMatch(f(args), fn(args));
+    EXPECT_GT(CodegenRegionFallbacks(), fallbacks) << "the changed constant's kernel ran";
+    fallbacks = CodegenRegionFallbacks();
+  }
+  {
+    c10::InferenceMode inference;  // an in-place update of a normal tensor still bumps its version
+    scale[0] = 7.0f;
+  }
+  ExpectAllMatch(f(args), fn(args));
+  EXPECT_GT(CodegenRegionFallbacks(), fallbacks);
+  EXPECT_EQ(f.stats().compiles, 1);
+  // A constant that shares its storage (a view of it exists) is not inlined; its kernel runs.
+  const at::Tensor viewed = torch::tensor({1.0f, 2.0f});
+  const at::Tensor view = viewed.view({2, 1});
+  auto g = [viewed](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor() * viewed + 1}; };
+  CompiledFunction fg = compile(g, Cpp("viewed"));
+  const Args gargs = {torch::randn({3, 2})};
+  {
+    ExpectKernelsRan kernels_ran;
+    ExpectAllMatch(CallCached(fg, gargs), g(gargs));
+    view.mul_(3);  // through the view: the constant changed
+    ExpectAllMatch(fg(gargs), g(gargs));
+  }
+  EXPECT_THAT(EntrySource(fg), Not(HasSubstr("(inlined)")));
 }
 
 // A graph with nothing to fuse needs no compiler.
