@@ -341,6 +341,8 @@ InlinedConstant Inline(const Value& v) {
       offset += rest % c.sizes[d] * c.strides[d];
       rest /= c.sizes[d];
     }
+    c.offsets.push_back(offset);
+    c.bytes.append(static_cast<const char*>(c.data) + offset * t.element_size(), t.element_size());
     switch (t.scalar_type()) {
       case ScalarType::Float:
         items.push_back(LiteralOf(static_cast<const float*>(c.data)[offset], ScalarType::Float));
@@ -437,6 +439,21 @@ void free(void*) __attribute__((__nothrow__));
 std::string Operands::Lit(double v) const { return LiteralOf(v, dtype); }
 
 }  // namespace
+
+bool StillInlinable(const InlinedConstant& c, const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->has_storage() || impl->storage().use_count() != 1 || !impl->version_counter().enabled() ||
+      impl->version_counter().current_version() != c.version || t.data_ptr() != c.data ||
+      !t.sizes().equals(c.sizes) || !t.strides().equals(c.strides)) {
+    return false;
+  }
+  const size_t size = t.element_size();
+  const char* data = static_cast<const char*>(c.data);
+  for (size_t i = 0; i < c.offsets.size(); ++i) {
+    if (std::memcmp(data + c.offsets[i] * size, c.bytes.data() + i * size, size) != 0) return false;
+  }
+  return true;
+}
 
 namespace emit {
 

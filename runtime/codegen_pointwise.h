@@ -125,8 +125,10 @@ void UnsqueezeReduced(size_t rank, int dim, int count, std::vector<int64_t>* siz
 // under (the version first, so a concurrent in-place update leaves a stale version, never stale
 // values), and the artifact's run-time check (Note [Region run-time check]) requires all of them,
 // and a storage still not shared, to be unchanged, else it replays the region, which reads the
-// constant as eager does. Every in-place ATen update bumps the version counter; writes through a
-// raw data pointer are not seen (as by autograd's version checks).
+// constant as eager does. Every in-place ATen update bumps the version counter, but writes through
+// a raw data pointer do not (a host application's memcpy into data_ptr(), or its own buffer
+// wrapped by from_blob and rewritten between calls), so the check also compares the constant's
+// current elements with the bytes the literals were made from (at most 16 elements: a few ns).
 constexpr int64_t kMaxInlinedElements = 16;
 
 struct InlinedConstant {
@@ -135,7 +137,12 @@ struct InlinedConstant {
   const void* data = nullptr;           // as read
   std::vector<int64_t> sizes, strides;  // as read
   uint32_t version = 0;                 // as read
+  std::vector<int64_t> offsets;         // element offsets from `data`, row-major order
+  std::string bytes;                    // the elements' bytes at `offsets`, as read
 };
+
+// Whether the constant tensor `t` still holds what `c` was made from (Note [Inlined constants]).
+bool StillInlinable(const InlinedConstant& c, const at::Tensor& t);
 
 enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 

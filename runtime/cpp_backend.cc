@@ -271,15 +271,6 @@ class CppArtifact final : public CodegenArtifact {
     return n;
   }
 
-  // Whether the inlined constant `t` still holds the values the kernel has as literals (Note
-  // [Inlined constants]).
-  static bool Unchanged(const codegen::InlinedConstant& c, const at::Tensor& t) {
-    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    return impl->has_storage() && impl->storage().use_count() == 1 && impl->version_counter().enabled() &&
-           impl->version_counter().current_version() == c.version && t.data_ptr() == c.data &&
-           t.sizes().equals(c.sizes) && t.strides().equals(c.strides);
-  }
-
   // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
   static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
     absl::InlinedVector<const at::Tensor*, 8> ins;
@@ -291,7 +282,7 @@ class CppArtifact final : public CodegenArtifact {
         return false;
       }
       if (k.static_layout && (!t.sizes().equals(in.sizes) || !t.strides().equals(in.strides))) return false;
-      if (in.inlined.inlined && !Unchanged(in.inlined, t)) return false;
+      if (in.inlined.inlined && !codegen::StillInlinable(in.inlined, t)) return false;
       ins.push_back(&t);
     }
     std::vector<int64_t> shape, params;

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -1004,6 +1005,39 @@ TEST(CppBackend, SmallConstantsAreInlinedAndChecked) {
     ExpectAllMatch(fg(gargs), g(gargs));
   }
   EXPECT_THAT(EntrySource(fg), Not(HasSubstr("(inlined)")));
+}
+
+// Writes no version counter sees: a captured tensor over host memory (from_blob) that the host
+// application rewrites between calls, as a game or robotics loop does with calibration values,
+// and a memcpy into an ATen tensor's data_ptr(). The inlined literals are checked against the
+// constant's current bytes, so every call after a write replays the region and matches eager.
+TEST(CppBackend, RawWritesToInlinedConstantsAreSeen) {
+  ScopedCacheDir dir;
+  float host[4] = {0.5f, -2.0f, 3.0f, 1.0f};
+  const at::Tensor calib = torch::from_blob(host, {4});
+  const at::Tensor bias = torch::tensor({0.25f, 1.0f, -1.0f, 2.0f});
+  auto fn = [calib, bias](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::tanh(a[0].toTensor() * calib + bias)};
+  };
+  const Args args = {torch::randn({8, 4})};
+  CompiledFunction f = compile(fn, Cpp("raw_writes"));
+  {
+    ExpectKernelsRan kernels_ran;
+    ExpectAllMatch(CallCached(f, args), fn(args));
+  }
+  EXPECT_THAT(EntrySource(f), HasSubstr("(inlined)"));
+  int64_t fallbacks = CodegenRegionFallbacks();
+  for (int i = 0; i < 3; ++i) {
+    for (float& v : host) v = v * -1.5f + 0.25f;  // no ATen op, no version bump
+    ExpectAllMatch(f(args), fn(args));
+    EXPECT_GT(CodegenRegionFallbacks(), fallbacks) << "the kernel ran on stale host values";
+    fallbacks = CodegenRegionFallbacks();
+  }
+  const float fresh[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::memcpy(bias.data_ptr<float>(), fresh, sizeof(fresh));
+  ExpectAllMatch(f(args), fn(args));
+  EXPECT_GT(CodegenRegionFallbacks(), fallbacks) << "the kernel ran on a stale bias";
+  EXPECT_EQ(f.stats().compiles, 1);
 }
 
 // A graph with nothing to fuse needs no compiler.
