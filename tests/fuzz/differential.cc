@@ -139,6 +139,55 @@ std::string CompareBackward(const Outcome& got, const Outcome& want, const std::
   return "";
 }
 
+// Note [Float reference]
+// Warden's fused kernels sum in another order than ATen and use other vector math, so a float
+// result of an ill-conditioned program (sin of a large float sum, a difference of near-equal
+// sums) can differ from eager's by more than any fixed tolerance while both are equally right.
+// When float outputs differ, the program runs once more on double copies of the arguments (the
+// same values; ToFloat converts to double): the difference is accepted only if every floating
+// output of Warden is within 2x eager's own distance from that reference (plus the float atol),
+// with NaN and Inf where eager has them. Any other difference (dtype, shape, integers, NaN
+// placement, a Warden error far beyond eager's) still fails.
+bool CloseToReference(const Program& program, const std::vector<c10::IValue>& args, const Outcome& got,
+                      const Outcome& want) {
+  std::vector<c10::IValue> ref_args;
+  for (const c10::IValue& a : args) {
+    if (a.isTensor() && a.toTensor().scalar_type() == at::kFloat) {
+      ref_args.emplace_back(a.toTensor().detach().to(at::kDouble));
+    } else {
+      ref_args.push_back(a);
+    }
+  }
+  const Outcome ref = Capture([&] { return program.Run(ref_args, /*fp64=*/true); });
+  if (ref.threw || ref.outputs.size() != want.outputs.size() || got.outputs.size() != want.outputs.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    const at::Tensor& w = want.outputs[i];
+    const at::Tensor& g = got.outputs[i];
+    if (!w.defined() || !at::isFloatingType(w.scalar_type())) {
+      if (!CompareTensor(g, w, true).empty()) return false;
+      continue;
+    }
+    if (!g.defined() || g.sizes() != w.sizes() || g.scalar_type() != w.scalar_type() ||
+        !ref.outputs[i].defined() || ref.outputs[i].sizes() != w.sizes()) {
+      return false;
+    }
+    const at::Tensor r = ref.outputs[i].detach().to(at::kDouble);
+    const at::Tensor wd = w.detach().to(at::kDouble), gd = g.detach().to(at::kDouble);
+    if (!at::equal(at::isnan(gd), at::isnan(wd)) || !at::equal(at::isinf(gd), at::isinf(wd)) ||
+        !at::equal(gd.masked_select(at::isinf(gd)), wd.masked_select(at::isinf(wd)))) {
+      return false;
+    }
+    const at::Tensor finite = at::isfinite(wd).logical_and(at::isfinite(r));
+    if (finite.sum().item<int64_t>() == 0) continue;
+    const double eager_err = (wd - r).abs().masked_select(finite).max().item<double>();
+    const double warden_err = (gd - r).abs().masked_select(finite).max().item<double>();
+    if (!(warden_err <= 2 * eager_err + 1e-5)) return false;
+  }
+  return true;
+}
+
 std::string DescribeSpecs(const std::vector<ArgSpec>& specs) {
   std::string s;
   for (size_t i = 0; i < specs.size(); ++i) s += (i ? ", " : "") + SpecToString(specs[i]);
@@ -285,6 +334,11 @@ std::vector<std::string> CheckProgram(const Program& program, const std::vector<
     ++counts->calls;
     counts->eager_errors += want.threw;
     std::string diff = CompareCall(got, want, got_args, want_args, f32_inputs);
+    if (diff.rfind("output ", 0) == 0 && diff.find("values differ") != std::string::npos && f32_inputs &&
+        CloseToReference(program, MakeArgs(specs, value_seed), got, want)) {
+      ++counts->reference_accepts;  // Note [Float reference]
+      diff.clear();
+    }
     if (diff.empty() && !want.threw) {
       diff = CompareBackward(got, want, got_args, want_args, f32_inputs, &counts->backward);
     }

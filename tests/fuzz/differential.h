@@ -13,7 +13,8 @@
 // back-propagated on both sides: both must raise, or both must leave equal .grad on every
 // argument. Configurations with `mark_dynamic` first mark one dim of one tensor argument and
 // every scalar argument (the programs use scalars only as op arguments, the promise
-// mark_dynamic on a scalar makes: Note [Symbolic scalars]).
+// mark_dynamic on a scalar makes: Note [Symbolic scalars]). Float outputs that differ beyond the
+// tolerances are judged against a double-precision run of the program (Note [Float reference]).
 #ifndef WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 #define WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 
@@ -41,6 +42,7 @@ struct CheckCounts {
   int64_t eager_errors = 0;  // of which eager raised (and Warden had to raise too)
   int64_t probes = 0;        // guard probes (each a call that must miss)
   int64_t backward = 0;      // calls whose outputs were back-propagated on both sides
+  int64_t reference_accepts = 0;  // float differences accepted against a double run (Note [Float reference])
 };
 
 // Every difference found for `program`, each a self-contained text naming the configuration and

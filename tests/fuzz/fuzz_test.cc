@@ -24,7 +24,7 @@ class FuzzTest : public ::testing::Test {
 
 void Report(const FuzzSummary& s) {
   std::cout << s.programs << " programs, " << s.counts.calls << " checked calls (" << s.counts.eager_errors
-            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.probes << " guard probes, " << s.failures.size()
+            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, " << s.counts.probes << " guard probes, " << s.failures.size()
             << " failures in " << s.seconds << " s\n";
   for (size_t i = 0; i < s.failures.size() && i < 5; ++i) ADD_FAILURE() << s.failures[i];
   EXPECT_TRUE(s.failures.empty()) << s.failures.size() << " failures";

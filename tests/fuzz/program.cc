@@ -78,7 +78,8 @@ bool IsInplace(Op op) {
   return op == Op::kAddInplace || op == Op::kMulInplace || op == Op::kAddInplaceTensor;
 }
 
-at::Tensor RunStep(const Step& s, const std::vector<at::Tensor>& vals, const std::vector<c10::IValue>& args) {
+at::Tensor RunStep(const Step& s, const std::vector<at::Tensor>& vals, const std::vector<c10::IValue>& args,
+                   bool fp64 = false) {
   const at::Tensor& a = vals[s.a];
   const at::Tensor& b = vals[s.b];
   switch (s.op) {
@@ -130,7 +131,7 @@ at::Tensor RunStep(const Step& s, const std::vector<at::Tensor>& vals, const std
       return a - 1;
     case Op::kClone: return a.clone();
     case Op::kToDouble: return a.to(at::kDouble);
-    case Op::kToFloat: return a.to(at::kFloat);
+    case Op::kToFloat: return a.to(fp64 ? at::kDouble : at::kFloat);
   }
   return a;
 }
@@ -148,10 +149,10 @@ const char* OpName(Op op) {
   return "?";
 }
 
-std::vector<at::Tensor> Program::Run(const std::vector<c10::IValue>& in) const {
+std::vector<at::Tensor> Program::Run(const std::vector<c10::IValue>& in, bool fp64) const {
   std::vector<at::Tensor> vals;
   for (const c10::IValue& v : in) vals.push_back(v.isTensor() ? v.toTensor() : at::Tensor());
-  for (const Step& s : steps) vals.push_back(RunStep(s, vals, in));
+  for (const Step& s : steps) vals.push_back(RunStep(s, vals, in, fp64));
   std::vector<at::Tensor> out;
   for (int i : outputs) out.push_back(vals[i]);
   return out;

@@ -68,8 +68,9 @@ struct Program {
   std::vector<Step> steps;
   std::vector<int> outputs;  // indices into the value list
 
-  // The traced function: ordinary LibTorch code over `args`.
-  std::vector<at::Tensor> Run(const std::vector<c10::IValue>& args) const;
+  // The traced function: ordinary LibTorch code over `args`. `fp64`: ToFloat converts to double
+  // instead (with double arguments, a higher-precision reference run of the same program).
+  std::vector<at::Tensor> Run(const std::vector<c10::IValue>& args, bool fp64 = false) const;
   std::string ToString() const;
 };
 

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   for (const std::string& f : s.failures) std::cout << "FAILURE\n" << f << "\n";
   std::cout << s.programs << " programs (seeds " << budget.seed << ".." << budget.seed + s.programs - 1 << "), "
             << s.counts.calls << " checked calls (" << s.counts.eager_errors << " raising in eager), "
-            << s.counts.backward << " backward, "
+            << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, "
             << s.counts.probes << " guard probes, " << s.failures.size() << " failures in " << s.seconds << " s\n";
   return s.failures.empty() ? 0 : 1;
 }
