@@ -132,7 +132,13 @@ std::string CompareBackward(const Outcome& got, const Outcome& want, const std::
     return "";
   }
   for (size_t i = 0; i < want_args.size(); ++i) {
+    // .grad is only populated on leaves (an argument an in-place op with a grad-requiring operand
+    // made a non-leaf has none, and reading it only warns).
     if (!want_args[i].isTensor()) continue;
+    if (got_args[i].toTensor().is_leaf() != want_args[i].toTensor().is_leaf()) {
+      return "backward: argument " + std::to_string(i) + " is a leaf on one side only";
+    }
+    if (!want_args[i].toTensor().is_leaf()) continue;
     const std::string d = CompareTensor(got_args[i].toTensor().grad(), want_args[i].toTensor().grad(), f32_inputs);
     if (!d.empty()) return "backward: grad of argument " + std::to_string(i) + ": " + d;
   }
