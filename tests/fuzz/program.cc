@@ -106,7 +106,10 @@ at::Tensor RunStep(const Step& s, const std::vector<at::Tensor>& vals, const std
     }
     case Op::kSum: return a.sum(s.i0, s.i1 != 0);
     case Op::kSumAll: return a.sum();
-    case Op::kMean: return a.mean(s.i0);
+    case Op::kMean: return a.mean(s.i0, s.c != 0);
+    case Op::kLogSoftmax: return a.log_softmax(s.i0);
+    case Op::kLayerNorm: return at::layer_norm(a, {a.dim() > 0 ? a.size(-1) : 1});
+    case Op::kSumDims: return a.sum({s.i0, s.i1}, s.c != 0);
     case Op::kAmax: return a.amax(s.i0, s.i1 != 0);
     case Op::kSoftmax: return a.softmax(s.i0);
     case Op::kTranspose: return a.transpose(s.i0, s.i1);
@@ -245,6 +248,8 @@ Program Generate(uint64_t seed) {
       case Op::kPowScalar: s.i0 = Uniform(rng, 2, 3); break;
       case Op::kAddScalarArg: s.i0 = scalars[Uniform(rng, 0, scalars.size() - 1)]; break;
       case Op::kSum: case Op::kAmax: s.i1 = Uniform(rng, 0, 1); break;
+      case Op::kMean: s.c = static_cast<double>(Uniform(rng, 0, 1)); break;
+      case Op::kSumDims: s.c = static_cast<double>(Uniform(rng, 0, 1)); break;
       case Op::kUnsqueeze: s.i0 = Uniform(rng, -rank - 1, rank); break;
       case Op::kNarrow: case Op::kSelect: {
         if (rank == 0) continue;
@@ -318,7 +323,9 @@ std::string Program::ToString() const {
       case Op::kPowScalar: os << ", " << s.i0; break;
       case Op::kAddScalarArg: os << ", %" << s.i0; break;
       case Op::kSum: case Op::kAmax: os << ", dim=" << s.i0 << ", keepdim=" << s.i1; break;
-      case Op::kMean: case Op::kSoftmax: case Op::kUnsqueeze: os << ", dim=" << s.i0; break;
+      case Op::kMean: os << ", dim=" << s.i0 << ", keepdim=" << (s.c != 0); break;
+      case Op::kSumDims: os << ", dims=[" << s.i0 << ", " << s.i1 << "], keepdim=" << (s.c != 0); break;
+      case Op::kSoftmax: case Op::kLogSoftmax: case Op::kUnsqueeze: os << ", dim=" << s.i0; break;
       case Op::kTranspose: os << ", " << s.i0 << ", " << s.i1; break;
       case Op::kNarrow: os << ", dim=" << s.i0 << ", start=" << s.i1 << ", len=" << s.c; break;
       case Op::kSelect: os << ", dim=" << s.i0 << ", index=" << s.i1; break;

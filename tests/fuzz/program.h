@@ -38,7 +38,7 @@ struct ArgSpec {
   X(Relu) X(Neg) X(Abs) X(Exp) X(Sigmoid) X(Tanh) X(Sin)                                       \
   X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Gt) X(WhereGt)                                      \
   X(AddScalar) X(MulScalar) X(PowScalar) X(AddScalarArg)                                       \
-  X(Sum) X(SumAll) X(Mean) X(Amax) X(Softmax)                                                  \
+  X(Sum) X(SumAll) X(Mean) X(Amax) X(Softmax) X(LogSoftmax) X(LayerNorm) X(SumDims)           \
   X(Transpose) X(Unsqueeze) X(Flatten) X(Narrow) X(Select) X(Expand)                           \
   X(Matmul) X(MatmulSelfT) X(Cat)                                                              \
   X(AddInplace) X(MulInplace) X(AddInplaceTensor)                                              \
