@@ -220,7 +220,7 @@ CompiledFunction::Impl::~Impl() {
                          {"hits", e->hits.load()}, {"backend", e->artifact.backend()}});
     }
     trace_->Emit("function_end", {{"fn", options_.name}, {"fn_id", id_}, {"calls", calls_.load()},
-                                  {"cache_hits", hits_.load()}, {"compiles", compiles_.load()},
+                                  {"cache_hits", Hits()}, {"compiles", compiles_.load()},
                                   {"eager_calls", eager_calls_.load()}, {"eager_reason", eager_reason_},
                                   {"entries", entries}});
   }
@@ -333,6 +333,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
   if (tracer::IsTracing()) {
     // Called from inside another function's trace: run inline so the outer trace records the
     // ops (a nested cache would hide them).
+    slow_calls_.fetch_add(1, std::memory_order_relaxed);
     eager_calls_.fetch_add(1, std::memory_order_relaxed);
     return fn_(args);
   }
@@ -351,7 +352,6 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
       std::vector<at::Tensor> outputs;
       std::string failure;
       if (e->artifact->Run(args, &outputs, &failure)) {
-        hits_.fetch_add(1, std::memory_order_relaxed);
         // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
         // hot path) that may undercount when threads hit the same entry at once.
         e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -367,6 +367,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
 std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IValue>& args,
                                                      int64_t call_index,
                                                      const std::map<int, std::string>& value_failures) {
+  slow_calls_.fetch_add(1, std::memory_order_relaxed);
   ValidateArgs(args, *this);
   std::unique_lock<std::mutex> lock(mu_);
   // Another thread may have compiled this signature while we waited for the lock.
@@ -377,7 +378,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     std::vector<at::Tensor> outputs;
     std::string failure;
     if (e->artifact->Run(args, &outputs, &failure)) {
-      hits_.fetch_add(1);
+      slow_hits_.fetch_add(1);
       e->hits.fetch_add(1);
       e->last_used.store(call_index);
       return outputs;
@@ -664,7 +665,7 @@ CompiledFunction& CompiledFunction::mark_static(int arg, int dim) {
 Stats CompiledFunction::stats() const {
   Stats s;
   s.calls = impl_->calls_.load();
-  s.cache_hits = impl_->hits_.load();
+  s.cache_hits = impl_->Hits();
   s.compiles = impl_->compiles_.load();
   s.eager_calls = impl_->eager_calls_.load();
   return s;

@@ -106,7 +106,11 @@ class CompiledFunction::Impl {
   runtime::TraceLog* trace_;  // WARDEN_TRACE_DIR at compile(); null: no trace (Note [Trace events])
 
   std::atomic<const Snapshot*> snapshot_{nullptr};
-  std::atomic<int64_t> calls_{0}, hits_{0}, compiles_{0}, eager_calls_{0};
+  // Cache hits are derived, so that a hit pays one locked add (calls_), not two: every call that
+  // leaves the hot path (Miss, or a call from inside another trace) counts in slow_calls_, and a
+  // Miss that finds an entry another thread just compiled counts in slow_hits_.
+  std::atomic<int64_t> calls_{0}, slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0};
+  int64_t Hits() const { return calls_.load() - slow_calls_.load() + slow_hits_.load(); }
 
   mutable std::mutex mu_;  // guards everything below; held for the whole of a compile
   std::vector<std::unique_ptr<Snapshot>> snapshots_;  // current and retired
