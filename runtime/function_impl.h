@@ -3,6 +3,7 @@
 #ifndef WARDEN_RUNTIME_FUNCTION_IMPL_H_
 #define WARDEN_RUNTIME_FUNCTION_IMPL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -108,9 +109,14 @@ class CompiledFunction::Impl {
   std::atomic<const Snapshot*> snapshot_{nullptr};
   // Cache hits are derived, so that a hit pays one locked add (calls_), not two: every call that
   // leaves the hot path (Miss, or a call from inside another trace) counts in slow_calls_, and a
-  // Miss that finds an entry another thread just compiled counts in slow_hits_.
+  // Miss that finds an entry another thread just compiled counts in slow_hits_. Exact once calls
+  // have returned; while others are in flight, approximate like the other counters (slow_calls_
+  // is read before calls_, which every slow call incremented first, so it is never negative).
   std::atomic<int64_t> calls_{0}, slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0};
-  int64_t Hits() const { return calls_.load() - slow_calls_.load() + slow_hits_.load(); }
+  int64_t Hits() const {
+    const int64_t slow = slow_calls_.load();
+    return std::max<int64_t>(0, calls_.load() - slow + slow_hits_.load());
+  }
 
   mutable std::mutex mu_;  // guards everything below; held for the whole of a compile
   std::vector<std::unique_ptr<Snapshot>> snapshots_;  // current and retired
