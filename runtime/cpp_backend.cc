@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include <ATen/Config.h>
 #include <ATen/Parallel.h>
 
 #include "absl/container/inlined_vector.h"
@@ -46,6 +47,13 @@ std::atomic<int64_t> region_fallbacks{0};
 
 // Elements per task when a kernel is split across ATen's intra-op threads (ATen's GRAIN_SIZE).
 constexpr int64_t kGrainSize = 32768;
+
+// at::parallel_for is a header template: with LibTorch's OpenMP backend it only splits work when
+// the calling translation unit is compiled with -fopenmp (runtime/BUILD); without it every kernel
+// would run on one thread while eager's ATen kernels use all intra-op threads.
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "runtime/cpp_backend.cc must be compiled with -fopenmp for at::parallel_for to split kernels"
+#endif
 
 struct KernelInput {
   int slot = -1;          // -1: a captured constant

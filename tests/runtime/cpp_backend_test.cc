@@ -393,6 +393,41 @@ TEST(CppBackend, ScalarArgumentsAreGuarded) {
   }
 }
 
+// With 2 intra-op threads, kernels over more than one grain (32768 elements) are split by
+// at::parallel_for (runtime/cpp_backend.cc is built with -fopenmp, else it would not split): every
+// split of pointwise elements, reduction rows and columns must give eager's result. Sizes are
+// odd so that chunk boundaries fall inside rows and vectors.
+TEST(CppBackend, KernelsSplitAcrossIntraOpThreadsMatchEager) {
+#ifdef __SANITIZE_THREAD__
+  // Debian's libgomp is not instrumented: TSan does not see its barriers and reports every
+  // OpenMP region, eager's own included, as a race.
+  GTEST_SKIP() << "OpenMP regions under TSan";
+#endif
+  ScopedCacheDir dir;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();  // [R, C]
+    const at::Tensor& w = a[1].toTensor();  // [C]
+    const at::Tensor& t = a[2].toTensor();  // [R, C], transposed storage
+    return {torch::softmax(x * 0.5, -1) * 2, torch::softmax(t, 0), x.sum(0) + 1,
+            torch::amax(t + x, -1, true), torch::layer_norm(x + t, {x.size(1)})};
+  };
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{257, 301}, {1031, 67}}) {
+    const Args args = {torch::randn({rows, cols}), torch::randn({cols}), torch::randn({cols, rows}).t()};
+    for (const Fn& g : {Fn(fn), Fn(Chain10Fn)}) {  // reduction kernels, and a pointwise-only one
+      CompiledFunction f = compile(g, Cpp("split"));
+      ExpectKernelsRan kernels_ran;
+      const auto got = CallCached(f, args), want = g(args);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ExpectMatches(got[i], want[i], Rtol(at::kFloat), 1e-4, absl::StrCat("output ", i, " of ", rows, "x", cols));
+      }
+    }
+  }
+  at::set_num_threads(threads);
+}
+
 // An artifact runs from many threads at once (each large call also splits across ATen's pool).
 TEST(CppBackend, RunsFromManyThreads) {
   ScopedCacheDir dir;
