@@ -387,17 +387,27 @@ TEST(CacheFaults, CacheDirectoryRejectsWrites) {
 TEST(CacheFaults, DiskFullDuringCompile) {
   const std::string root = CacheRoot("full");
   ScopedEnv env("WARDEN_CACHE_DIR", root);
-  struct rlimit old {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  struct sigaction ignore {}, old_action {};
-  ignore.sa_handler = SIG_IGN;
-  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old_action), 0);
-  struct rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  ExpectServesCorrectly();
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
-  ASSERT_EQ(sigaction(SIGXFSZ, &old_action, nullptr), 0);
+  {
+    // Restores the limit and the signal on every way out, so later tests can write files.
+    struct FileSizeLimit {
+      struct rlimit old {};
+      struct sigaction old_action {};
+      FileSizeLimit() {
+        getrlimit(RLIMIT_FSIZE, &old);
+        struct sigaction ignore {};
+        ignore.sa_handler = SIG_IGN;
+        sigaction(SIGXFSZ, &ignore, &old_action);
+        struct rlimit small = old;
+        small.rlim_cur = 4096;
+        EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+      }
+      ~FileSizeLimit() {
+        setrlimit(RLIMIT_FSIZE, &old);
+        sigaction(SIGXFSZ, &old_action, nullptr);
+      }
+    } full;
+    ExpectServesCorrectly();
+  }
   EXPECT_EQ(CountFiles(root, ".so"), 0) << "a partial library was left where a later process would load it";
   // With room again, a fresh function compiles and serves kernels normally.
   ExpectServesCorrectly();
