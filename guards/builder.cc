@@ -234,27 +234,35 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
         continue;
     }
     const at::Tensor& t = args[i].toTensor();
+    // Note [Metadata at entry]: the guards describe the argument as the call received it. The
+    // traced call may have changed it in place since (add_ with an operand that requires grad
+    // makes it require grad, an in-place view op changes its sizes), so requires_grad, rank,
+    // sizes and strides are the graph's input metadata, recorded when the trace began; the live
+    // tensor is used only for an argument the graph never saw.
+    const bool in_graph = static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue;
+    const tracer::TensorMeta entry = in_graph ? g.value(g.arg_values[a]).meta : tracer::TensorMeta::Of(t);
+    const int64_t rank = static_cast<int64_t>(entry.sizes.size());
     const std::string meta = "tensor metadata is not observable to the tracer: always guarded";
     add({GuardKind::kDtype, a, -1, -1, static_cast<int64_t>(t.scalar_type()), 0, meta});
     add({GuardKind::kDevice, a, -1, -1,
          (static_cast<int64_t>(t.device().type()) << 16) | (static_cast<int64_t>(t.device().index()) & 0xffff),
          0, meta});
     add({GuardKind::kLayout, a, -1, -1, static_cast<int64_t>(t.layout()), 0, meta});
-    add({GuardKind::kRequiresGrad, a, -1, -1, t.requires_grad(), 0, meta});
+    add({GuardKind::kRequiresGrad, a, -1, -1, entry.requires_grad, 0, meta});
 
     std::string why = !size_read[i].empty() ? size_read[i] : first_use[i];
     if (!why.empty()) {
-      add({GuardKind::kRank, a, -1, -1, t.dim(), 0, why});
-      for (int64_t d = 0; d < t.dim(); ++d) {
+      add({GuardKind::kRank, a, -1, -1, rank, 0, why});
+      for (int64_t d = 0; d < rank; ++d) {
         const int dim = static_cast<int>(d);
         auto sym = symbol_of.find({a, dim});
         if (sym == symbol_of.end()) {
-          add({GuardKind::kSize, a, dim, -1, t.sizes()[d], 0, absl::StrCat(why, " (static shapes)")});
+          add({GuardKind::kSize, a, dim, -1, entry.sizes[d], 0, absl::StrCat(why, " (static shapes)")});
           continue;
         }
         const int s = sym->second;
         if (auto sp = in.shapes->specialized.find(s); sp != in.shapes->specialized.end()) {
-          add({GuardKind::kSize, a, dim, -1, t.sizes()[d], 0, sp->second});
+          add({GuardKind::kSize, a, dim, -1, entry.sizes[d], 0, sp->second});
           continue;
         }
         auto r = resolution.resolved.find(s);
@@ -279,16 +287,16 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
       }
     }
     if (why.empty() && !rank_read[i].empty()) {
-      add({GuardKind::kRank, a, -1, -1, t.dim(), 0, rank_read[i]});
+      add({GuardKind::kRank, a, -1, -1, rank, 0, rank_read[i]});
     }
     std::string stride_why = stride_read[i];
     if (stride_why.empty() && !intermediate_stride_read.empty() && !first_use[i].empty()) {
       stride_why = intermediate_stride_read;
     }
     if (!stride_why.empty()) {
-      if (why.empty()) add({GuardKind::kRank, a, -1, -1, t.dim(), 0, stride_why});
-      for (int64_t d = 0; d < t.dim(); ++d) {
-        add({GuardKind::kStride, a, static_cast<int>(d), -1, t.strides()[d], 0, stride_why});
+      if (why.empty()) add({GuardKind::kRank, a, -1, -1, rank, 0, stride_why});
+      for (int64_t d = 0; d < rank; ++d) {
+        add({GuardKind::kStride, a, static_cast<int>(d), -1, entry.strides[d], 0, stride_why});
       }
     }
   }

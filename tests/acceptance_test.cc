@@ -391,6 +391,36 @@ TEST(Acceptance, RequiresGradIsVisibleAndBackwardWorksThroughReplay) {
               HasSubstr("tensor 'arg0' requires_grad mismatch. expected true, actual false"));
 }
 
+// Note [Metadata at entry] (guards/builder.cc): an argument that the function makes require grad
+// in place (add_ with an operand that requires grad) is guarded on requires_grad as it arrived,
+// false; guarding the state after the call made every call recompile (found by the fuzzer,
+// seed 136732), and an input that really requires grad must still miss.
+TEST(Acceptance, GuardsDescribeArgumentsAsTheyArrived) {
+  warden::Fn fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    x.add_(a[1].toTensor());
+    return {x * 2};
+  };
+  auto f = warden::compile(fn, Static());
+  const at::Tensor w = torch::randn({3}, torch::requires_grad());
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor x = torch::randn({3}), xe = x.clone();
+    const auto got = f({x, w});
+    const auto want = fn({xe, w});
+    ExpectSame(got, want);
+    EXPECT_TRUE(x.requires_grad());
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+  EXPECT_EQ(f.stats().cache_hits, 2);
+  EXPECT_THAT(f.guards(0), ::testing::Contains("arg0.requires_grad == false  # tensor metadata is not observable to "
+                                               "the tracer: always guarded"));
+  // An argument that requires grad on arrival is another entry (here eager raises: a leaf that
+  // requires grad cannot be written in place).
+  const at::Tensor leaf = torch::randn({3}, torch::requires_grad());
+  EXPECT_THROW(f({leaf, w}), c10::Error);
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
 TEST(Acceptance, TensorLiteralInsideFunction) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
     return {a[0].toTensor() + torch::tensor({1.f, 2.f, 3.f})};

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <c10/core/DefaultDtype.h>
 
 namespace warden::fuzz {
 namespace {
@@ -150,9 +151,9 @@ std::string CompareBackward(const Outcome& got, const Outcome& want, const std::
 // result of an ill-conditioned program (sin of a large float sum, a difference of near-equal
 // sums) can differ from eager's by more than any fixed tolerance while both are equally right.
 // When float outputs differ, the program runs once more on double copies of the arguments (the
-// same values; ToFloat converts to double): the difference is accepted only if every floating
-// output of Warden is within 2x eager's own distance from that reference (plus the float atol),
-// with NaN and Inf where eager has them. Any other difference (dtype, shape, integers, NaN
+// same values; ToFloat and promotion to the default dtype give double): the difference is accepted
+// only if every floating output of Warden is within 2x eager's own distance from that reference
+// (plus the float atol), with NaN and Inf where eager has them. Any other difference (dtype, shape, integers, NaN
 // placement, a Warden error far beyond eager's) still fails.
 bool CloseToReference(const Program& program, const std::vector<c10::IValue>& args, const Outcome& got,
                       const Outcome& want) {
@@ -164,7 +165,11 @@ bool CloseToReference(const Program& program, const std::vector<c10::IValue>& ar
       ref_args.push_back(a);
     }
   }
+  // Integral and bool arguments promote to the default dtype: double for the reference run.
+  const caffe2::TypeMeta default_dtype = c10::get_default_dtype();
+  c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
   const Outcome ref = Capture([&] { return program.Run(ref_args, /*fp64=*/true); });
+  c10::set_default_dtype(default_dtype);
   if (ref.threw || ref.outputs.size() != want.outputs.size() || got.outputs.size() != want.outputs.size()) {
     return false;
   }
