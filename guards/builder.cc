@@ -209,8 +209,11 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     const int a = static_cast<int>(i);
     const ArgType type = ArgTypeOf(args[i]);
     add({GuardKind::kArgType, a, -1, -1, static_cast<int64_t>(type), 0, "every argument's type is guarded"});
-    if (static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue &&
-        !g.value(g.arg_values[a]).is_tensor) {
+    // The argument's graph value, if the graph saw it.
+    const tracer::Value* value = static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue
+                                     ? &g.value(g.arg_values[a])
+                                     : nullptr;
+    if (value != nullptr && !value->is_tensor) {
       continue;  // a symbolic scalar (Note [Symbolic scalars]): read by the graph, only its type guarded
     }
     switch (type) {
@@ -239,8 +242,7 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     // makes it require grad, an in-place view op changes its sizes), so requires_grad, rank,
     // sizes and strides are the graph's input metadata, recorded when the trace began; the live
     // tensor is used only for an argument the graph never saw.
-    const bool in_graph = static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue;
-    const tracer::TensorMeta entry = in_graph ? g.value(g.arg_values[a]).meta : tracer::TensorMeta::Of(t);
+    const tracer::TensorMeta entry = value != nullptr ? value->meta : tracer::TensorMeta::Of(t);
     const int64_t rank = static_cast<int64_t>(entry.sizes.size());
     const std::string meta = "tensor metadata is not observable to the tracer: always guarded";
     add({GuardKind::kDtype, a, -1, -1, static_cast<int64_t>(t.scalar_type()), 0, meta});
