@@ -82,6 +82,10 @@ WARDEN_REGISTER_OPS(pointwise) {
        "aten::detach_", "aten::alias", "aten::lift_fresh", "aten::fill_.Scalar",
        "aten::zero_"},
       SameAs(0));
+  // requires_grad_ is composite (it sets the flag through TensorBase): recorded rather than
+  // decomposed, so that replay sets the flag on the real tensor (tracer Note [Autograd inside the
+  // trace]).
+  r.Add({"aten::requires_grad_", SameAs(0)});
   r.Add({"aten::fill_.Tensor", FillTensor});
   // copy_ broadcasts its source into self.
   r.Add({"aten::copy_", InPlaceBroadcast()});

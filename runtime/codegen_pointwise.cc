@@ -658,6 +658,7 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
   if (node.mutates) return "in-place";
   if (node.random) return "random";
   if (node.kind == tracer::NodeKind::kDataDependent) return "data-dependent";
+  if (node.mode) return "runs under a thread-local mode the function set";  // Note [Thread modes]
   auto it = OpTable().find(node.op);
   if (it == OpTable().end()) return "no pointwise lowering";
   const OpDef& def = it->second;

@@ -98,7 +98,7 @@ bool FullShaped(ReductionKind k) {
 ReductionInfo ReductionOf(const Graph& g, const Node& node) {
   ReductionInfo none;
   auto it = ReductionTable().find(node.op);
-  if (it == ReductionTable().end() || !node.handle || node.mutates) return none;
+  if (it == ReductionTable().end() || !node.handle || node.mutates || node.mode) return none;
   const ReductionDef& def = it->second;
   if (node.args.size() != static_cast<size_t>(def.args) || node.returns.size() != 1 ||
       node.returns[0].kind != NodeReturn::Kind::kTensor || node.returns[0].values.size() != 1 ||

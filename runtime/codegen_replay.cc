@@ -35,7 +35,7 @@ int SlotMap::Slot(ValueId id) {
 }
 
 OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots) {
-  OpStep s{*n.handle, n.op, n.index, {}, {}, false, {}};
+  OpStep s{*n.handle, n.op, n.index, {}, {}, false, {}, n.mode};
   for (const NodeArg& na : n.args) {
     OpStepArg a;
     switch (na.kind) {
@@ -125,7 +125,12 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
       }
     }
   }
-  s.op.callBoxed(&stack);
+  if (s.mode) {
+    tracer::ScopedThreadMode mode(*s.mode);
+    s.op.callBoxed(&stack);
+  } else {
+    s.op.callBoxed(&stack);
+  }
   size_t shape_index = 0;
   for (size_t j = 0; j < s.returns.size(); ++j) {
     const OpStepReturn& r = s.returns[j];

@@ -6,6 +6,7 @@
 #ifndef WARDEN_RUNTIME_CODEGEN_REPLAY_H_
 #define WARDEN_RUNTIME_CODEGEN_REPLAY_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ struct OpStep {
   std::vector<OpStepReturn> returns;
   bool check_shapes = false;  // data-dependent output shape: value-guard the traced sizes
   std::vector<std::vector<int64_t>> traced_shapes;
+  std::optional<tracer::ThreadMode> mode;  // Note [Thread modes]: the state the call runs under
 };
 
 // Requires n.handle (backends reject graphs with handle-less nodes before building steps).

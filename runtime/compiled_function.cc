@@ -116,6 +116,11 @@ void TraceMiss(const CompiledFunction::Impl& f, const std::string& type, const R
     reasons.push_back({{"entry", EntryId(f, e.index)}, {"reason", i < event.reasons.size() ? event.reasons[i] : ""}});
     nlohmann::json failing = runtime::FailingGuardsJson(e.program.guards(), args, names);
     auto value = failures.find(e.index);
+    const std::string module_failure = failing.empty() ? e.modules.FirstFailure() : "";
+    if (!module_failure.empty()) {
+      failing.push_back({{"kind", "module"}, {"text", module_failure}, {"provenance", "watched module"},
+                         {"reason", module_failure}});
+    }
     if (failing.empty() && value != failures.end()) {
       failing.push_back({{"kind", "data_value"}, {"text", value->second}, {"provenance", "value guard in the artifact"},
                          {"reason", value->second}});
@@ -348,7 +353,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
     const guards::SignatureIndex::Range candidates = group.index.Candidates(args.data(), args.size());
     for (const uint32_t* c = candidates.begin; c != candidates.end; ++c) {
       const CacheEntry* e = group.entries[*c];
-      if (!e->hit.Check(args.data(), args.size())) continue;
+      if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check()) continue;
       std::vector<at::Tensor> outputs;
       std::string failure;
       if (e->artifact->Run(args, &outputs, &failure)) {
@@ -374,7 +379,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   const std::vector<std::string> names = ArgNames(args.size());
   std::map<int, std::string> failures = value_failures;
   for (const auto& e : snapshot_.load()->entries) {
-    if (failures.count(e->index) || !e->program.Check(args)) continue;
+    if (failures.count(e->index) || !e->program.Check(args) || !e->modules.Check()) continue;
     std::vector<at::Tensor> outputs;
     std::string failure;
     if (e->artifact->Run(args, &outputs, &failure)) {
@@ -401,6 +406,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   for (const auto& e : entries) {
     auto it = failures.find(e->index);
     std::string reason = it != failures.end() ? it->second : e->program.FirstFailure(args, names);
+    if (reason.empty()) reason = e->modules.FirstFailure();
     if (reason.empty()) reason = "guards passed but the entry was not used";  // cannot happen
     absl::StrAppend(&log, "    - ", id_, "/", e->index, ": ", reason, "\n");
     if (last_reason.empty()) last_reason = absl::StrCat(id_, "/", e->index, ": ", reason);
@@ -508,6 +514,8 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   std::string became_dynamic;
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
+  entry->modules = ModuleGuards::Capture(watched_);
+  WarnUnwatchedModes(*trace.graph);
   entry->signature = guards::SignatureOf(entry->program.guards());
   entry->hit = guards::HitCheck(entry->program.guards());
 
@@ -619,7 +627,24 @@ std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::
   for (const guards::Guard& g : e.program.guards()) {
     lines.push_back(absl::StrCat(guards::Describe(g, names), "  # ", g.provenance));
   }
+  for (std::string& line : e.modules.Describe()) lines.push_back(std::move(line));
   return lines;
+}
+
+std::string UnwatchedModeHint(const tracer::Graph& g) {
+  if (g.mode_dependent.empty()) return "";
+  return absl::StrCat(g.mode_dependent.front(), g.mode_dependent.size() > 1 ? absl::StrCat(" and ", g.mode_dependent.size() - 1, " more") : "",
+                      " took its train/eval flag from C++ state the trace cannot see; if it comes from a "
+                      "module's train()/eval(), call watch(module) on the compiled function so that a mode "
+                      "switch recompiles instead of replaying the other mode's graph");
+}
+
+// Note [Watched modules]: without watch(), a graph holding a mode-dependent op is valid only while
+// the module keeps its mode; say so once per function.
+void CompiledFunction::Impl::WarnUnwatchedModes(const tracer::Graph& g) {
+  if (!watched_.empty() || mode_warned_ || g.mode_dependent.empty()) return;
+  mode_warned_ = true;
+  runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "': ", UnwatchedModeHint(g)));
 }
 
 // --- Public API --------------------------------------------------------------------------------
@@ -649,6 +674,21 @@ CompiledFunction& CompiledFunction::mark_dynamic(int arg, int dim) {
   }
   std::lock_guard<std::mutex> lock(impl_->mu_);
   impl_->dim_hints_[{arg, dim}] = true;
+  return *this;
+}
+
+CompiledFunction& CompiledFunction::watch(const torch::nn::Module& module, std::string name) {
+  WatchedModule w = MakeWatched(module, std::move(name));
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  bool replaced = false;
+  for (WatchedModule& existing : impl_->watched_) {
+    if (existing.module == w.module) {
+      existing.name = w.name;
+      replaced = true;
+    }
+  }
+  if (!replaced) impl_->watched_.push_back(std::move(w));
+  impl_->Publish({});  // existing entries were compiled without these guards
   return *this;
 }
 

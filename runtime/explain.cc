@@ -77,6 +77,11 @@ std::string CompiledFunction::explain() const {
     }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
     for (const std::string& m : e->scalar_notes) absl::StrAppend(&out, "  scalar: ", m, "\n");
+    if (e->modules.empty() && !e->graph->mode_dependent.empty()) {
+      absl::StrAppend(&out, "  unwatched mode flag: ", UnwatchedModeHint(*e->graph), "\n");
+    } else if (!e->modules.empty()) {
+      absl::StrAppend(&out, "  watched modules: ", e->modules.num_modules(), " (training flags and bindings guarded)\n");
+    }
     if (e->shapes != nullptr && !e->shapes->symbols.empty()) {
       absl::StrAppend(&out, "  symbols:");
       for (size_t k = 0; k < e->shapes->symbols.size(); ++k) {
@@ -140,7 +145,10 @@ std::string CompiledFunction::explain_json() const {
                        {"num_nodes", e->graph->nodes.size()},
                        {"guards", guards},
                        {"rule_mismatches", e->rule_mismatches},
-                       {"scalar_notes", e->scalar_notes}});
+                       {"scalar_notes", e->scalar_notes},
+                       {"mode_dependent_ops", e->graph->mode_dependent},
+                       {"watched_modules", e->modules.num_modules()},
+                       {"unwatched_mode_hint", e->modules.empty() ? UnwatchedModeHint(*e->graph) : ""}});
   }
   doc["entries"] = entries;
   nlohmann::json events = nlohmann::json::array();

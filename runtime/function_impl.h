@@ -20,6 +20,7 @@
 #include "runtime/logging.h"
 #include "runtime/trace_log.h"
 #include "runtime/warden.h"
+#include "runtime/watch.h"
 #include "tracer/graph.h"
 
 namespace warden {
@@ -68,6 +69,7 @@ struct CacheEntry {
   guards::GuardProgram program;    // every guard: the miss path and the verbose reasons
   guards::Signature signature;     // exact-match part, hashed for lookup
   guards::HitCheck hit;            // every guard, compiled for the hit path
+  ModuleGuards modules;            // watched modules' state (Note [Watched modules])
   std::shared_ptr<const tracer::Graph> graph;
   ArtifactSlot artifact;
   std::vector<std::string> rule_mismatches;
@@ -129,6 +131,8 @@ class CompiledFunction::Impl {
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
   std::set<int> static_scalars_;                   // marked scalars a compile kept specialized
   std::vector<std::thread> background_;            // async_compile jobs, joined by ~Impl
+  std::vector<WatchedModule> watched_;             // watch(): guarded by every later entry
+  bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;
@@ -139,6 +143,7 @@ class CompiledFunction::Impl {
   std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,
                                const std::map<int, std::string>& value_failures);
   void RecordEvent(RecompileEvent event);                                // requires mu_
+  void WarnUnwatchedModes(const tracer::Graph& g);                       // requires mu_
   // Compiles the entry's artifact with Options.backend (falling back to "aten"), or, with
   // async_compile, installs a replay artifact now and starts the real compile. Requires mu_.
   void CompileEntry(const std::shared_ptr<CacheEntry>& entry, const std::vector<std::string>& names);
@@ -151,6 +156,9 @@ class CompiledFunction::Impl {
 
 // The entry's graph, with symbolic shapes (s0, s0*s1, ...) where it has any.
 std::string GraphText(const CacheEntry& e);
+
+// Why a graph with mode-dependent ops needs watch(module), or "" (Note [Watched modules]).
+std::string UnwatchedModeHint(const tracer::Graph& g);
 
 // Rendering of one entry's guards: "arg0.size(0) == 3  # used by aten::add.Tensor at %0 ...".
 std::vector<std::string> GuardLines(const CacheEntry& e, const std::vector<std::string>& names);

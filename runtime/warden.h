@@ -16,6 +16,10 @@
 
 #include "tracer/error.h"
 
+namespace torch::nn {
+class Module;  // <torch/nn/module.h>; only CompiledFunction::watch takes one
+}  // namespace torch::nn
+
 namespace warden {
 
 // How shapes are treated, like torch.compile's dynamic=False / None / True.
@@ -34,6 +38,10 @@ struct Options {
   std::vector<std::string> arg_names;     // names used in reasons; default "arg0", "arg1", ...
   bool async_compile = false;             // compile kernels in the background; until one is
                                           // ready its entry replays the graph ("aten")
+  bool capture_scalar_outputs = false;    // like Dynamo's flag: an item() whose value flows only
+                                          // into op arguments stays a graph value (no value guard,
+                                          // no recompile when it changes); setting it is the
+                                          // user's promise that C++ does not branch on the value
 };
 
 // The traced function: ordinary LibTorch code. Arguments are tensors, ints, doubles or bools.
@@ -60,6 +68,13 @@ class CompiledFunction {
   // Hints that apply to later compiles, like torch._dynamo.mark_dynamic / mark_static.
   CompiledFunction& mark_dynamic(int arg, int dim);
   CompiledFunction& mark_static(int arg, int dim);
+
+  // Guards C++ state of a LibTorch module that no trace can see: the training flag of the module
+  // and of every submodule, and which tensors its parameters and buffers are bound to. Applies to
+  // every later compile; existing entries are dropped. `name` prefixes the reason texts.
+  // The function keeps the module alive (it must be owned by a std::shared_ptr, as every
+  // torch::nn::ModuleHolder's module is).
+  CompiledFunction& watch(const torch::nn::Module& module, std::string name = "module");
 
   Stats stats() const;
   std::vector<RecompileEvent> recompiles() const;   // in call order

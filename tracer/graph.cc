@@ -237,6 +237,7 @@ std::string Graph::ToString(const ShapeOf& shape_of) const {
     }
     std::string flags;
     if (n.kind != NodeKind::kRule) absl::StrAppend(&flags, "  # ", NodeKindName(n.kind));
+    if (n.mode) absl::StrAppend(&flags, flags.empty() ? "  # " : ", ", "mode: ", n.mode->Describe());
     absl::StrAppend(&out, "  ", results.empty() ? "_" : absl::StrJoin(results, ", "), " = ", n.op,
                     "(", absl::StrJoin(args, ", "), ") : ", absl::StrJoin(types, ", "), flags,
                     "\n");

@@ -19,6 +19,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include "tracer/thread_mode.h"
+
 namespace warden::tracer {
 
 using ValueId = int32_t;
@@ -104,6 +106,9 @@ struct Node {
   bool mutates = false;     // writes one of its inputs (schema alias annotation with '!')
   bool random = false;      // draws from a generator
   bool factory = false;     // creates a tensor from sizes (may read the default dtype)
+  // Set where the function changed thread-local state before this op (NoGradGuard, InferenceMode,
+  // autocast): the state the op ran under, re-established by replay (Note [Thread modes]).
+  std::optional<ThreadMode> mode;
 };
 
 // What a graph argument was at trace time.
@@ -118,6 +123,10 @@ class Graph {
   std::vector<ValueId> arg_values;      // tensor args: their input value; others kNoValue
   std::vector<std::string> arg_names;
   std::vector<ValueId> outputs;         // kNoValue: an undefined tensor was returned
+  ThreadMode entry_mode;                // the thread's state when the trace began (guarded)
+  // Ops that took a train/training/use_input_stats flag from C++ (a module's train()/eval()
+  // state, invisible to the trace): "aten::native_batch_norm at %3 (training=true)".
+  std::vector<std::string> mode_dependent;
 
   ValueId AddValue(Value v);
   const Value& value(ValueId id) const { return values.at(id); }

@@ -20,7 +20,10 @@
 #include <unordered_map>
 
 #include <ATen/core/stack.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +50,13 @@ struct TraceState {
   bool side_effect_seen = false;
   bool observable_write = false;  // the subset that writes arguments or constants
   bool finished = false;
+  ThreadMode entry_mode;  // Note [Thread modes]
+  // Note [Autograd inside the trace]
+  int backward_depth = 0;        // > 0 while autograd's engine runs a backward node on this thread
+  bool backward_seen = false;
+  std::string abort_reason;      // non-empty: the trace is abandoned; the call re-runs eagerly
+  bool syncing = false;          // replaying a requires_grad_ the function made on a wrapper
+  std::vector<std::shared_ptr<torch::autograd::Node>> keep_alive;  // accumulators shared with wrappers
 
   void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
     if (finished) return;
@@ -75,13 +85,15 @@ class WrapperImpl final : public c10::TensorImpl {
     set_sizes_and_strides(real_.sizes(), real_.strides());
     set_storage_access_should_throw();
     set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
-    // User code may branch on requires_grad(); mirror it (the guard set covers it too).
-    if (real_.requires_grad()) set_requires_grad(true);
   }
 
   const at::Tensor& real() const { return real_; }
   ValueId id() const { return id_; }
   void set_id(ValueId id) { id_ = id; }
+  // The real tensor's grad_fn that MirrorAutograd gave this wrapper (Note [Autograd inside the
+  // trace]); any other grad_fn on the wrapper was set by C++ autograd code the trace cannot see.
+  const torch::autograd::Node* mirrored() const { return mirrored_; }
+  void set_mirrored(const torch::autograd::Node* node) { mirrored_ = node; }
   // The trace this wrapper belongs to if that trace is the one running on this thread, else null
   // (the wrapper escaped its trace; its state may be gone, so it is never dereferenced then).
   TraceState* live_state() const {
@@ -175,6 +187,7 @@ class WrapperImpl final : public c10::TensorImpl {
   at::Tensor real_;
   uint64_t trace_id_;
   ValueId id_;
+  const torch::autograd::Node* mirrored_ = nullptr;
 };
 
 WrapperImpl* AsWrapper(const at::Tensor& t) {
@@ -404,6 +417,197 @@ bool IsRawDataAccess(const c10::Error& e) {
          msg.find("Cannot access storage of warden::WrapperImpl") != std::string::npos;
 }
 
+// Note [Autograd inside the trace]
+// Wrappers sit above Autograd: autograd records history on the real tensors, never on wrappers.
+// But C++ code reads autograd state through the wrappers it holds (requires_grad(), is_leaf(),
+// grad_fn()), starts backward passes from them (torch::autograd::grad, backward()), and custom
+// torch::autograd::Functions attach their own nodes to them. So:
+//   - every wrapper mirrors its real tensor's autograd state (MirrorAutograd): a non-leaf gets the
+//     real grad_fn as its gradient edge, a leaf that requires grad shares the real tensor's
+//     gradient accumulator, so what C++ code reads is what eager would show and a backward pass
+//     started from a wrapper runs on the real graph;
+//   - a wrapper whose history differs from what was mirrored was given it by C++ autograd code
+//     (a custom Function's forward returning it): its backward is the Function's own, which a
+//     replay of the recorded inner ops would not run, so the trace is abandoned and the function
+//     runs eagerly (reported);
+//   - requires_grad_() on a wrapper (TensorBase::requires_grad_ is not an op) is seen as a leaf
+//     whose flag differs from its real tensor's, and replayed as the op aten::requires_grad_;
+//   - a backward pass inside the trace (a RecordFunction callback sees autograd's engine run a
+//     node on this thread) is not captured: the trace is abandoned and the call re-runs eagerly,
+//     or, when an argument or captured tensor was already written (a re-run would write it twice),
+//     the engine's ops run untraced on real tensors and the function runs eagerly from then on.
+struct AbortTrace : std::exception {
+  const char* what() const noexcept override { return "warden: trace abandoned (the call re-runs eagerly)"; }
+};
+
+// Gives the wrapper `t` (over real tensor `w->real()`) its real tensor's autograd state.
+void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
+  const at::Tensor& real = w->real();
+  if (!real.requires_grad()) return;
+  const std::shared_ptr<torch::autograd::Node>& fn = real.grad_fn();
+  if (fn != nullptr) {
+    torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
+    w->set_mirrored(fn.get());
+    return;
+  }
+  if (!t.requires_grad()) w->set_requires_grad(true);
+  std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(real);
+  if (acc == nullptr) return;
+  torch::autograd::impl::get_autograd_meta(t)->grad_accumulator_ = acc;
+  st.keep_alive.push_back(std::move(acc));
+}
+
+std::string NodeName(const std::shared_ptr<torch::autograd::Node>& fn) {
+  return fn != nullptr ? fn->name() : std::string("none");
+}
+
+// Abandons the trace (Note [Autograd inside the trace]): throws AbortTrace when the call can be
+// re-run eagerly, else records why the function must run eagerly from now on and returns.
+// `can_continue`: the trace may go on (untraced) when the call cannot be re-run; otherwise that
+// case raises an error, since the call's result would be wrong.
+void Abandon(TraceState& st, const std::string& why, bool can_continue) {
+  if (st.untraceable.empty()) st.untraceable = why;
+  if (!st.observable_write) {
+    if (st.abort_reason.empty()) st.abort_reason = why;
+    throw AbortTrace();
+  }
+  if (!can_continue) {
+    throw Error(absl::StrCat("warden: the traced function ", why, ", after it had already written an argument or "
+                             "captured tensor, so the call cannot be re-run eagerly; move the write after it or "
+                             "call the function without warden"));
+  }
+}
+
+// Checks one wrapper the function hands back to ATen (an op argument or a returned tensor) for
+// autograd state that C++ code changed behind the tracer (Note [Autograd inside the trace]).
+void CheckAutograd(TraceState& st, const at::Tensor& t) {
+  WrapperImpl* w = AsWrapper(t);
+  if (w == nullptr || w->live_state() != &st || w->autograd_meta() == nullptr) {
+    if (w != nullptr && w->live_state() == &st && w->real().requires_grad()) MirrorAutograd(st, w, t);
+    return;
+  }
+  const at::Tensor& real = w->real();
+  const std::shared_ptr<torch::autograd::Node>& fn = t.grad_fn();
+  if (fn != nullptr) {
+    if (fn.get() != w->mirrored()) {
+      Abandon(st,
+              absl::StrCat("uses a C++ autograd node (", fn->name(),
+                           ": a custom torch::autograd::Function) whose backward cannot be replayed from the "
+                           "recorded ops"),
+              /*can_continue=*/false);
+      return;
+    }
+    if (real.grad_fn().get() != fn.get()) MirrorAutograd(st, w, t);  // history rebased in place
+    return;
+  }
+  if (t.requires_grad() == real.requires_grad()) return;
+  if (real.grad_fn() != nullptr) {  // the real tensor gained history after it was wrapped
+    MirrorAutograd(st, w, t);
+    return;
+  }
+  // requires_grad_() on a leaf: replay it as the op, so the cached graph does it too.
+  st.syncing = true;
+  struct Done {
+    TraceState& st;
+    ~Done() { st.syncing = false; }
+  } done{st};
+  const_cast<at::Tensor&>(t).__dispatch_requires_grad_(t.requires_grad());
+}
+
+void CheckAutogradOfStack(TraceState& st, const torch::jit::Stack& stack, size_t num_args) {
+  if (st.syncing) return;
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& iv = stack[i];
+    if (iv.isTensor()) {
+      CheckAutograd(st, iv.toTensor());
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorVector()) CheckAutograd(st, t);
+    } else if (IsOptionalTensorList(iv)) {
+      for (const c10::IValue& e : iv.toListRef()) {
+        if (e.isTensor()) CheckAutograd(st, e.toTensor());
+      }
+    }
+  }
+}
+
+// Runs an op untraced on real tensors (wrappers unwrapped, results left unwrapped): the ops of a
+// backward pass that could not be abandoned (Note [Autograd inside the trace]).
+void PassThrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack->size() - num_args; i < stack->size(); ++i) {
+    c10::IValue& iv = (*stack)[i];
+    if (iv.isTensor()) {
+      if (WrapperImpl* w = AsWrapper(iv.toTensor())) iv = w->real();
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> reals;
+      for (const at::Tensor& t : iv.toTensorVector()) {
+        WrapperImpl* w = AsWrapper(t);
+        reals.push_back(w != nullptr ? w->real() : t);
+      }
+      iv = reals;
+    } else if (IsOptionalTensorList(iv)) {
+      c10::List<c10::optional<at::Tensor>> reals;
+      for (const c10::IValue& e : iv.toListRef()) {
+        if (!e.isTensor()) {
+          reals.push_back(c10::nullopt);
+          continue;
+        }
+        WrapperImpl* w = AsWrapper(e.toTensor());
+        reals.push_back(w != nullptr ? w->real() : e.toTensor());
+      }
+      iv = reals;
+    }
+  }
+  c10::impl::ExcludeDispatchKeyGuard exclude(kTraceKey);
+  op.callBoxed(stack);
+}
+
+// RecordFunction callbacks on autograd's backward nodes, installed for the duration of a trace.
+std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction&) {
+  if (current_state != nullptr) {
+    ++current_state->backward_depth;
+    current_state->backward_seen = true;
+  }
+  struct Context : at::ObserverContext {};
+  return std::make_unique<Context>();
+}
+void OnBackwardEnd(const at::RecordFunction&, at::ObserverContext*) {
+  if (current_state != nullptr && current_state->backward_depth > 0) --current_state->backward_depth;
+}
+
+// Ops whose result depends on a module's train()/eval() flag take it as one of these bool
+// arguments; the trace sees only the bool (Note [Watched modules] in runtime/watch.cc).
+bool IsModeArgument(const std::string& name) {
+  return name == "train" || name == "training" || name == "use_input_stats";
+}
+
+void RecordModeDependent(TraceState& st, const c10::FunctionSchema& schema, const std::string& name,
+                         const torch::jit::Stack& stack) {
+  const size_t num_args = schema.arguments().size();
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    if (!IsModeArgument(a.name())) continue;
+    const c10::IValue& v = stack[stack.size() - num_args + i];
+    if (!v.isBool()) continue;
+    std::string text = absl::StrCat(name, " at %", st.graph->nodes.size(), " (", a.name(), "=",
+                                    v.toBool() ? "true" : "false", ")");
+    if (!st.composite_stack.empty()) absl::StrAppend(&text, " inside ", st.composite_stack.front());
+    st.graph->mode_dependent.push_back(std::move(text));
+    return;
+  }
+}
+
+// Dropout and friends draw only in training mode: with train=false they return the input (or a
+// copy) and the node is deterministic (no random-op restrictions on later value guards).
+bool DrawsNothing(const c10::FunctionSchema& schema, const Node& node) {
+  for (size_t i = 0; i < node.args.size() && i < schema.arguments().size(); ++i) {
+    if (schema.arguments()[i].name() != "train") continue;
+    const NodeArg& a = node.args[i];
+    return a.kind == NodeArg::Kind::kConstant && a.constant.isBool() && !a.constant.toBool();
+  }
+  return false;
+}
+
 void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TraceState* st = current_state;
   const c10::FunctionSchema& schema = op.schema();
@@ -414,7 +618,22 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                              " was called on a traced tensor after its trace ended; traced "
                              "tensors must not escape the traced function"));
   }
+  if (!st->abort_reason.empty()) {  // abandoned, and the function caught AbortTrace: finish untraced
+    PassThrough(op, stack);
+    return;
+  }
+  if (st->backward_depth > 0) {  // Note [Autograd inside the trace]
+    Abandon(*st,
+            "computes gradients inside the function (torch::autograd::grad or backward()); the backward "
+            "pass is not traced",
+            /*can_continue=*/true);
+    PassThrough(op, stack);
+    return;
+  }
+  CheckAutogradOfStack(*st, *stack, num_args);
   const std::string name = OpName(schema);
+  RecordModeDependent(*st, schema, name, *stack);
+  const ThreadMode mode = ThreadMode::Current();  // Note [Thread modes]
   const ops::OpInfo* info = ops::Registry::Global().Find(name);
 
   if (info == nullptr && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
@@ -458,6 +677,8 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   (void)args;
   node.factory = (info != nullptr && info->factory) || tensor_inputs.empty();
+  if (node.random && DrawsNothing(schema, node)) node.random = false;
+  if (mode != st->entry_mode) node.mode = mode;
 
   {
     c10::impl::ExcludeDispatchKeyGuard exclude(kTraceKey);
@@ -500,8 +721,10 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (reuse != nullptr) {
         reuse->set_id(id);
         iv = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(reuse));
+        MirrorAutograd(*st, reuse, iv.toTensor());  // an in-place op rebased its history
       } else {
         iv = Wrap(real, st, id);
+        MirrorAutograd(*st, AsWrapper(iv.toTensor()), iv.toTensor());
       }
     } else if (iv.isTensor()) {
       ret.kind = NodeReturn::Kind::kTensor;  // undefined tensor result
@@ -513,7 +736,9 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (const at::Tensor& real : iv.toTensorVector()) {
         ValueId id = new_tensor_value(real);
         ret.values.push_back(id);
-        wrapped.push_back(Wrap(real, st, id));
+        at::Tensor w = Wrap(real, st, id);
+        MirrorAutograd(*st, AsWrapper(w), w);
+        wrapped.push_back(std::move(w));
       }
       iv = wrapped;
     } else if (iv.isNone()) {
@@ -554,6 +779,21 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&Fallback>());
 }
+
+// Observes autograd's backward nodes on this thread while it lives (Note [Autograd inside the
+// trace]).
+class BackwardObserver {
+ public:
+  BackwardObserver()
+      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&OnBackwardStart, &OnBackwardEnd)
+                                               .scopes({at::RecordScope::BACKWARD_FUNCTION}))) {}
+  ~BackwardObserver() { at::removeCallback(handle_); }
+  BackwardObserver(const BackwardObserver&) = delete;
+  BackwardObserver& operator=(const BackwardObserver&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
 
 // Makes `state` current for this thread and ends the trace on scope exit (also on exceptions).
 class ScopedTrace {
@@ -601,6 +841,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       v.meta = TensorMeta::Of(a.toTensor());
       vid = g.AddValue(std::move(v));
       traced_args.push_back(Wrap(a.toTensor(), state.get(), vid));
+      MirrorAutograd(*state, AsWrapper(traced_args.back().toTensor()), traced_args.back().toTensor());
     } else {
       if (a.isTensor()) {
         g.arg_kinds.push_back(ArgKind::kUndefinedTensor);
@@ -621,13 +862,26 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
 
   TraceResult result;
   result.graph = state->graph;
+  g.entry_mode = ThreadMode::Current();
+  state->entry_mode = g.entry_mode;
+  // An abandoned trace (Note [Autograd inside the trace]): the caller re-runs the call eagerly.
+  auto abandoned = [&] {
+    result.untraceable = state->untraceable.empty() ? state->abort_reason : state->untraceable;
+    result.rerun_eagerly = true;
+    result.outputs.clear();
+    return result;
+  };
   {
     ScopedTrace scope(state.get());
     std::vector<at::Tensor> outs;
     try {
+      BackwardObserver observer;
       c10::impl::IncludeDispatchKeyGuard include(kTraceKey);
       outs = fn(traced_args);
+    } catch (const AbortTrace&) {
+      return abandoned();
     } catch (const c10::Error& e) {
+      if (!state->abort_reason.empty()) return abandoned();
       if (!IsRawDataAccess(e)) throw;
       const std::string what =
           "reads raw data of a traced tensor (data_ptr(), accessor(), printing); only item() and "
@@ -641,6 +895,17 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       result.untraceable = what;
       result.rerun_eagerly = true;
       return result;
+    } catch (...) {
+      if (!state->abort_reason.empty()) return abandoned();  // AbortTrace, converted on its way out
+      throw;
+    }
+    if (!state->abort_reason.empty()) return abandoned();  // the function caught AbortTrace
+    try {
+      for (const at::Tensor& t : outs) {
+        if (t.defined()) CheckAutograd(*state, t);
+      }
+    } catch (const AbortTrace&) {
+      return abandoned();
     }
     for (const at::Tensor& t : outs) {
       if (!t.defined()) {

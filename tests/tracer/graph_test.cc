@@ -67,7 +67,7 @@ TEST(GraphToString, GoldenViewInPlaceFactoryAndUndefinedOutput) {
             "graph(%x: f32[2, 3], %unused: UndefinedTensor, %n: Int):\n"
             "  %0 = aten::view(%x, [-1]) : f32[6]\n"
             "  %1 = aten::mul_.Scalar(%0, 2) : f32[6]\n"
-            "  %2 = aten::zeros([2, 3], None, None, None, None) : f32[2, 3]\n"
+            "  %2 = aten::zeros([2, 3], None, None, None, None) : f32[2, 3]  # mode: below autograd\n"
             "  %3 = aten::add.Tensor(%x, %2, 1) : f32[2, 3]\n"
             "  return (%3, %1, None)\n");
 }

@@ -1,0 +1,73 @@
+// CompiledFunction::watch: the C++ state of LibTorch modules that no trace can see (training flags,
+// which tensors parameters and buffers are bound to, which submodules are registered), captured per
+// cache entry and checked on the hit path (Note [Watched modules]). The only runtime file that
+// includes <torch/nn/module.h>.
+#ifndef WARDEN_RUNTIME_WATCH_H_
+#define WARDEN_RUNTIME_WATCH_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/warden.h"
+
+namespace warden {
+
+struct WatchedModule {
+  std::shared_ptr<const torch::nn::Module> module;
+  std::string name;
+};
+
+// Keeps `module` alive: its shared_ptr (every ModuleHolder's module has one), else an error naming
+// the problem (a module on the stack could die before the function).
+WatchedModule MakeWatched(const torch::nn::Module& module, std::string name);
+
+class ModuleGuards {
+ public:
+  ModuleGuards() = default;
+  // The current state of every module of `watched` and of all their submodules.
+  static ModuleGuards Capture(const std::vector<WatchedModule>& watched);
+
+  // Hot path. Budget: one load and compare per submodule flag, one per registered parameter,
+  // buffer and child; no allocation, lock, throw or virtual call.
+  bool Check() const noexcept { return empty_ || CheckAll(); }
+
+  // Slow path: the reason of ../shared/API.md for the first failing guard, "" if all hold.
+  std::string FirstFailure() const;
+  // One line per guard, for guards(entry) and explain().
+  std::vector<std::string> Describe() const;
+  bool empty() const { return empty_; }
+  size_t num_modules() const { return flags_.size(); }
+
+ private:
+  bool CheckAll() const noexcept;
+
+  struct Flag {
+    const bool* flag;
+    bool expected;
+    int path;  // into paths_: "model.1"
+  };
+  // A registry of one module (parameters, buffers or children), whose entries must be the same
+  // objects as at capture: expected_[first, first + size).
+  struct Registry {
+    enum Kind : uint8_t { kParameters, kBuffers, kChildren } kind;
+    const void* dict;  // torch::OrderedDict<std::string, at::Tensor | std::shared_ptr<Module>>
+    size_t size;
+    size_t first;
+    int root;   // into paths_: the watched module's name
+    std::string prefix;  // "fc." : the module's path below the root
+  };
+
+  bool empty_ = true;
+  std::vector<Flag> flags_;
+  std::vector<Registry> registries_;
+  std::vector<const void*> expected_;     // TensorImpl* or Module*
+  std::vector<std::string> entry_names_;  // parallel to expected_: "weight"
+  std::vector<std::string> paths_;
+  std::vector<std::shared_ptr<const torch::nn::Module>> alive_;  // every module read by the checks
+};
+
+}  // namespace warden
+
+#endif  // WARDEN_RUNTIME_WATCH_H_

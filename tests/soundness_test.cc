@@ -1,0 +1,421 @@
+// Soundness on what real LibTorch programs do inside a compiled function, through the public API
+// and on both backends: thread-local modes set in the body (NoGradGuard, AutoGradMode,
+// InferenceMode, autocast), custom autograd Functions, requires_grad_() on intermediates,
+// gradients taken inside, eval-mode dropout, default dtype, verification traces. Each test failed
+// (wrong result or a throw where eager works) before its fix.
+#include <ATen/autocast_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/warden.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+class Soundness : public ::testing::TestWithParam<const char*> {
+ protected:
+  warden::Options Opts(const std::string& name = "fn") const {
+    warden::Options o;
+    o.name = name;
+    o.backend = GetParam();
+    return o;
+  }
+};
+
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.defined(), want.defined()) << what;
+  if (!want.defined()) return;
+  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(torch::allclose(got.to(torch::kDouble), want.to(torch::kDouble), 1e-5, 1e-6)) << what;
+}
+
+// --- Thread-local state set inside the function (Note [Thread modes]) --------------------------
+
+TEST_P(Soundness, NoGradGuardInsideTheBodyIsReplayed) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    at::Tensor y;
+    {
+      torch::NoGradGuard no_grad;
+      y = x * 2 + 1;
+    }
+    return {y, x * 3};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    auto x = torch::randn({4}).requires_grad_();
+    auto out = f({x});
+    auto want = fn({x});
+    EXPECT_FALSE(out[0].requires_grad()) << "call " << call;
+    EXPECT_TRUE(out[1].requires_grad()) << "call " << call;
+    ExpectClose(out[0], want[0].detach(), "y");
+    ExpectClose(out[1].detach(), want[1].detach(), "x * 3");
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
+TEST_P(Soundness, AutoGradModeOffInsideTheBodyIsReplayed) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        torch::AutoGradMode off(false);
+        return {a[0].toTensor().sin()};
+      },
+      Opts());
+  for (int call = 0; call < 2; ++call) {
+    auto out = f({torch::randn({3}).requires_grad_()});
+    EXPECT_FALSE(out[0].requires_grad()) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().cache_hits, 1);
+}
+
+TEST_P(Soundness, InferenceModeInsideTheBodyIsReplayed) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        c10::InferenceMode guard;
+        return {a[0].toTensor() * 2};
+      },
+      Opts());
+  for (int call = 0; call < 2; ++call) {
+    auto out = f({torch::randn({3})});
+    EXPECT_TRUE(out[0].is_inference()) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().cache_hits, 1);
+}
+
+TEST_P(Soundness, AutocastInsideTheBodyIsReplayed) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::autocast::set_cpu_enabled(true);
+    at::Tensor y = at::mm(a[0].toTensor(), a[1].toTensor());
+    at::autocast::set_cpu_enabled(false);
+    return {y, a[0].toTensor() + 1};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    auto a = torch::randn({4, 4}), b = torch::randn({4, 4});
+    auto out = f({a, b});
+    EXPECT_EQ(out[0].scalar_type(), torch::kBFloat16) << "call " << call;
+    EXPECT_EQ(out[1].scalar_type(), torch::kFloat) << "call " << call;
+    ExpectClose(out[0], fn({a, b})[0], "mm under autocast");
+  }
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+}
+
+TEST_P(Soundness, AutocastAtTheCallSiteIsGuarded) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        return {at::mm(a[0].toTensor(), a[0].toTensor())};
+      },
+      Opts());
+  auto a = torch::randn({4, 4});
+  EXPECT_EQ(f({a})[0].scalar_type(), torch::kFloat);
+  at::autocast::set_cpu_enabled(true);
+  const at::Tensor under = f({a})[0];
+  at::autocast::set_cpu_enabled(false);
+  EXPECT_EQ(under.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(f({a})[0].scalar_type(), torch::kFloat);
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+// An optimizer step written in the body: the update runs under NoGradGuard on a captured leaf.
+TEST_P(Soundness, OptimizerStepUnderNoGradOnACapturedLeaf) {
+  auto make = [] {
+    torch::manual_seed(0);
+    return torch::randn({5}).requires_grad_();
+  };
+  auto w_eager = make(), w_warden = make();
+  auto step = [](at::Tensor& w) {
+    return [&w](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+      const at::Tensor g = a[0].toTensor();
+      {
+        torch::NoGradGuard no_grad;
+        w.sub_(g * 0.1);
+      }
+      return {w * 2};
+    };
+  };
+  auto eager = step(w_eager);
+  auto f = warden::compile(step(w_warden), Opts());
+  for (int call = 0; call < 4; ++call) {
+    auto g = torch::randn({5});
+    auto out = f({g});
+    auto want = eager({g});
+    ExpectClose(out[0].detach(), want[0].detach(), "w * 2");
+    EXPECT_TRUE(out[0].requires_grad());
+    ExpectClose(w_warden.detach(), w_eager.detach(), "w after the step");
+  }
+  EXPECT_EQ(f.stats().cache_hits, 3);
+}
+
+// --- Autograd inside the trace (Note [Autograd inside the trace]) ------------------------------
+
+struct GradReverse : public torch::autograd::Function<GradReverse> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) { return x.clone(); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list g) {
+    return {-g[0]};
+  }
+};
+
+TEST_P(Soundness, CustomAutogradFunctionKeepsItsOwnBackward) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {GradReverse::apply(a[0].toTensor() * 2) + 1};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    auto x = torch::randn({4}).requires_grad_();
+    auto out = f({x});
+    ASSERT_TRUE(out[0].requires_grad()) << "call " << call;
+    out[0].sum().backward();
+    ExpectClose(x.grad(), torch::full({4}, -2.0), "gradient through the Function's backward");
+  }
+  EXPECT_EQ(f.stats().compiles, 0);
+  EXPECT_EQ(f.stats().eager_calls, 3);
+  EXPECT_THAT(f.explain(), HasSubstr("GradReverse"));
+}
+
+TEST_P(Soundness, CustomAutogradFunctionOnAnArgumentDirectly) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        return {GradReverse::apply(a[0].toTensor())};
+      },
+      Opts());
+  for (int call = 0; call < 2; ++call) {
+    auto x = torch::randn({3}).requires_grad_();
+    auto out = f({x});
+    ASSERT_NE(out[0].grad_fn(), nullptr);
+    out[0].sum().backward();
+    ExpectClose(x.grad(), torch::full({3}, -1.0), "gradient");
+  }
+}
+
+TEST_P(Soundness, RequiresGradOnAnIntermediate) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        at::Tensor y = a[0].toTensor() * 2;
+        y.requires_grad_(true);
+        return {y, y * 3};
+      },
+      Opts());
+  for (int call = 0; call < 3; ++call) {
+    auto out = f({torch::randn({4})});
+    EXPECT_TRUE(out[0].requires_grad()) << "call " << call;
+    EXPECT_TRUE(out[0].is_leaf()) << "call " << call;
+    ASSERT_TRUE(out[1].requires_grad()) << "call " << call;
+    out[1].sum().backward();
+    ASSERT_TRUE(out[0].grad().defined()) << "call " << call;
+    ExpectClose(out[0].grad(), torch::full({4}, 3.0), "dz/dy");
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+TEST_P(Soundness, RequiresGradReadOnAnIntermediateMatchesEager) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor y = a[0].toTensor() * 2;
+    return {y.requires_grad() && !y.is_leaf() ? y + 1 : y - 1};
+  };
+  auto f = warden::compile(fn, Opts());
+  auto x = torch::randn({3}).requires_grad_();
+  ExpectClose(f({x})[0].detach(), fn({x})[0].detach(), "branch on requires_grad");
+  ExpectClose(f({x})[0].detach(), fn({x})[0].detach(), "branch on requires_grad (hit)");
+}
+
+TEST_P(Soundness, AutogradGradInsideTheFunction) {
+  // A sampler's logp and dlogp in one function.
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor theta = a[0].toTensor();
+    at::Tensor logp = -(theta * theta).sum() * 0.5;
+    auto grads = torch::autograd::grad({logp}, {theta});
+    return {logp.detach(), grads[0]};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    auto theta = torch::randn({5}).requires_grad_();
+    auto out = f({theta});
+    ExpectClose(out[0], (-(theta * theta).sum() * 0.5).detach(), "logp");
+    ExpectClose(out[1], -theta.detach(), "dlogp");
+  }
+  EXPECT_EQ(f.stats().calls, 3);
+  EXPECT_THAT(f.explain(), HasSubstr("gradients inside the function"));
+  ASSERT_FALSE(f.recompiles().empty());
+  EXPECT_THAT(f.recompiles()[0].action, HasSubstr("autograd::grad"));
+}
+
+TEST_P(Soundness, GradientPenaltyWithCreateGraph) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    at::Tensor y = (x * x * x).sum();
+    auto g = torch::autograd::grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    return {(g * g).sum()};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    auto x = torch::randn({4}).requires_grad_();
+    auto out = f({x});
+    auto x2 = x.detach().clone().requires_grad_();
+    auto want = fn({x2});
+    ExpectClose(out[0].detach(), want[0].detach(), "penalty");
+    ASSERT_TRUE(out[0].requires_grad());
+    out[0].backward();
+    want[0].backward();
+    ExpectClose(x.grad(), x2.grad(), "gradient of the penalty");
+  }
+}
+
+TEST_P(Soundness, TrainingStepWithBackwardInsideTheFunction) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return torch::randn({4}).requires_grad_();
+  };
+  auto w_eager = make(), w_warden = make();
+  auto step = [](at::Tensor& w) {
+    return [&w](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+      at::Tensor loss = ((w * a[0].toTensor()).sum() - 1).pow(2);
+      loss.backward();
+      {
+        torch::NoGradGuard no_grad;
+        w.sub_(w.grad() * 0.05);
+        w.mutable_grad().zero_();
+      }
+      return {loss.detach()};
+    };
+  };
+  auto eager = step(w_eager);
+  auto f = warden::compile(step(w_warden), Opts());
+  for (int call = 0; call < 5; ++call) {
+    auto x = torch::randn({4});
+    ExpectClose(f({x})[0], eager({x})[0], "loss");
+    ExpectClose(w_warden.detach(), w_eager.detach(), "w");
+  }
+}
+
+// --- Module state: watch() (Note [Watched modules]) ---------------------------------------------
+
+torch::nn::Sequential MakeBnNet() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(4, 6), torch::nn::BatchNorm1d(6), torch::nn::Dropout(0.5));
+}
+
+warden::Fn Forward(torch::nn::Sequential net) {
+  return [net](const std::vector<c10::IValue>& a) mutable -> std::vector<at::Tensor> {
+    return {net->forward(a[0].toTensor())};
+  };
+}
+
+// Both sides draw dropout's mask from the same seed, so train-mode outputs compare exactly.
+void ExpectTwins(warden::CompiledFunction& f, torch::nn::Sequential& warden_net, torch::nn::Sequential& eager_net,
+                 const at::Tensor& x, const std::string& what) {
+  torch::manual_seed(11);
+  const at::Tensor got = f({x})[0];
+  torch::manual_seed(11);
+  const at::Tensor want = eager_net->forward(x);
+  ExpectClose(got.detach(), want.detach(), what + ": output");
+  const auto bw = warden_net[1]->as<torch::nn::BatchNorm1d>(), be = eager_net[1]->as<torch::nn::BatchNorm1d>();
+  ExpectClose(bw->running_mean, be->running_mean, what + ": running_mean");
+  ExpectClose(bw->running_var, be->running_var, what + ": running_var");
+}
+
+TEST_P(Soundness, WatchedModuleSwitchingTrainAndEval) {
+  auto warden_net = MakeBnNet(), eager_net = MakeBnNet();
+  auto f = warden::compile(Forward(warden_net), Opts());
+  f.watch(*warden_net, "model");
+  auto x = torch::randn({8, 4});
+  ExpectTwins(f, warden_net, eager_net, x, "train");
+  ExpectTwins(f, warden_net, eager_net, x, "train (hit)");
+  EXPECT_EQ(f.stats().compiles, 1);
+  warden_net->eval();
+  eager_net->eval();
+  ExpectTwins(f, warden_net, eager_net, x, "eval");
+  EXPECT_EQ(f.stats().compiles, 2);
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'model' training mismatch. expected true, actual false");
+  ExpectTwins(f, warden_net, eager_net, x, "eval (hit)");
+  warden_net->train();
+  eager_net->train();
+  ExpectTwins(f, warden_net, eager_net, x, "train again (hit of the first entry)");
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().cache_hits, 3);
+}
+
+TEST_P(Soundness, WatchedSubmoduleModeSwitchNamesTheSubmodule) {
+  auto net = MakeBnNet();
+  auto f = warden::compile(Forward(net), Opts());
+  f.watch(*net, "model");
+  f({torch::randn({4, 4})});
+  net[1]->eval();  // only the BatchNorm
+  f({torch::randn({4, 4})});
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'model.1' training mismatch. expected true, actual false");
+  EXPECT_THAT(f.guards(0), ::testing::Contains(HasSubstr("module 'model.1' training == true")));
+}
+
+struct TwoLayer : torch::nn::Module {
+  TwoLayer() {
+    fc = register_module("fc", torch::nn::Linear(4, 3));
+    register_buffer("scale", torch::full({3}, 2.0));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc->forward(x) * named_buffers()["scale"]; }
+  torch::nn::Linear fc{nullptr};
+};
+
+TEST_P(Soundness, WatchedModuleReplacedSubmoduleRecompiles) {
+  auto net = std::make_shared<TwoLayer>();
+  auto f = warden::compile(
+      [net](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> { return {net->forward(a[0].toTensor())}; },
+      Opts());
+  f.watch(*net, "net");
+  auto x = torch::randn({2, 4});
+  f({x});
+  net->fc = net->replace_module("fc", torch::nn::Linear(4, 3));
+  ExpectClose(f({x})[0].detach(), net->forward(x).detach(), "after replace_module");
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'net' submodule 'fc' replaced");
+}
+
+TEST_P(Soundness, WatchDropsExistingEntriesAndRequiresASharedModule) {
+  auto net = MakeBnNet();
+  auto f = warden::compile(Forward(net), Opts());
+  f({torch::randn({4, 4})});
+  EXPECT_THAT(f.explain(), HasSubstr("watch(module)"));
+  f.watch(*net, "model");
+  EXPECT_THROW(f.guards(0), warden::Error);
+  f({torch::randn({4, 4})});
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_THAT(f.explain(), ::testing::Not(HasSubstr("watch(module)")));
+  torch::nn::LinearImpl on_stack(2, 2);
+  EXPECT_THROW(f.watch(on_stack), warden::Error);
+}
+
+TEST_P(Soundness, UnwatchedModeDependentOpIsNamedInExplain) {
+  auto net = MakeBnNet();
+  auto f = warden::compile(Forward(net), Opts());
+  f({torch::randn({4, 4})});
+  const std::string text = f.explain();
+  EXPECT_THAT(text, HasSubstr("batch_norm"));
+  EXPECT_THAT(text, HasSubstr("training=true"));
+  EXPECT_THAT(text, HasSubstr("watch(module)"));
+}
+
+// --- Eval-mode dropout draws nothing -------------------------------------------------------------
+
+TEST_P(Soundness, EvalModeDropoutBeforeItemStaysCompiled) {
+  auto f = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        at::Tensor y = torch::dropout(a[0].toTensor(), 0.5, /*train=*/false);
+        const double s = y.sum().item<double>();
+        return {s > 0 ? y * 2 : y * 3};
+      },
+      Opts());
+  auto x = torch::ones({4});
+  for (int call = 0; call < 3; ++call) ExpectClose(f({x})[0], x * 2, "dropout(eval) then item");
+  EXPECT_EQ(f.stats().eager_calls, 0);
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Soundness, ::testing::Values("aten", "cpp"));
+
+}  // namespace

@@ -1,0 +1,91 @@
+// Note [Thread modes]
+// C++ code changes thread-local state inside a traced function (NoGradGuard around an optimizer
+// step, InferenceMode, AutoGradMode, autocast), and that state decides what an op returns: whether
+// the result records autograd history, is an inference tensor, or is cast to a lower precision.
+// The trace sees only the op calls, so the tracer compares each op's ThreadMode with the one the
+// trace began with, and records it on the node where it differs. Replay ("aten" and the unfused
+// nodes of "cpp") re-establishes a node's recorded mode around its call, and "cpp" never fuses such
+// a node. The state at entry is guarded (grad mode, inference mode, the dispatch-key words and,
+// while autocast is on, its dtype), so a recorded mode is exact: replay restores the absolute
+// state the node saw, and the state after the node is the caller's again.
+#include "tracer/thread_mode.h"
+
+#include <vector>
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/DispatchKeySet.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace warden::tracer {
+namespace {
+
+// The key Warden's tracer includes for the duration of a trace (tracer.cc, Note [Capture]).
+constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::DeferredInit;
+
+}  // namespace
+
+ThreadMode ThreadMode::Current() {
+  ThreadMode m;
+  const c10::AutogradState& a = c10::AutogradState::get_tls_state();
+  m.grad_mode = a.get_grad_mode();
+  m.inference_mode = a.get_inference_mode();
+  m.fw_grad_mode = a.get_fw_grad_mode();
+  const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  c10::impl::PODLocalDispatchKeySet pod;
+  pod.set_included(keys.included_.remove(kTraceKey));
+  pod.set_excluded(keys.excluded_.remove(kTraceKey));
+  m.included = pod.included_;
+  m.excluded = pod.excluded_;
+  if (at::autocast::is_cpu_enabled()) {
+    m.autocast_cpu_dtype = static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype());
+  }
+  return m;
+}
+
+std::string ThreadMode::Describe() const {
+  std::vector<std::string> parts;
+  if (!grad_mode) parts.push_back("grad off");
+  if (inference_mode) parts.push_back("inference mode");
+  if (!fw_grad_mode) parts.push_back("forward grad off");
+  if (autocast_cpu_dtype >= 0) {
+    parts.push_back(absl::StrCat("autocast cpu ", c10::toString(static_cast<c10::ScalarType>(autocast_cpu_dtype))));
+  }
+  c10::impl::PODLocalDispatchKeySet pod{included, excluded};
+  const c10::DispatchKeySet inc = pod.included(), exc = pod.excluded();
+  if (inc != c10::default_included_set) parts.push_back(absl::StrCat("included keys ", c10::toString(inc)));
+  // What torch:: factories (AutoDispatchBelowADInplaceOrView) and InferenceMode exclude.
+  c10::DispatchKeySet extra = exc - c10::default_excluded_set;
+  const c10::DispatchKeySet below = c10::autograd_dispatch_keyset_with_ADInplaceOrView;
+  if ((extra & below) == below) {
+    if (!inference_mode) parts.push_back("below autograd");
+    extra = extra - below;
+  }
+  if (!extra.empty()) parts.push_back(absl::StrCat("excluded keys ", c10::toString(extra)));
+  return parts.empty() ? "default" : absl::StrJoin(parts, ", ");
+}
+
+ScopedThreadMode::ScopedThreadMode(const ThreadMode& mode)
+    : autograd_(c10::AutogradState::get_tls_state()),
+      keys_(c10::impl::raw_local_dispatch_key_set),
+      autocast_dtype_(static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype())) {
+  c10::AutogradState a = autograd_;
+  a.set_grad_mode(mode.grad_mode);
+  a.set_inference_mode(mode.inference_mode);
+  a.set_fw_grad_mode(mode.fw_grad_mode);
+  c10::AutogradState::set_tls_state(a);
+  c10::impl::PODLocalDispatchKeySet pod{mode.included, mode.excluded};
+  c10::impl::_force_tls_local_dispatch_key_set(c10::impl::LocalDispatchKeySet(pod));
+  if (mode.autocast_cpu_dtype >= 0) {
+    at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(mode.autocast_cpu_dtype));
+  }
+}
+
+ScopedThreadMode::~ScopedThreadMode() {
+  c10::AutogradState::set_tls_state(autograd_);
+  c10::impl::_force_tls_local_dispatch_key_set(c10::impl::LocalDispatchKeySet(keys_));
+  at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(autocast_dtype_));
+}
+
+}  // namespace warden::tracer
