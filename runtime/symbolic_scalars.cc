@@ -143,13 +143,14 @@ ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10
     probe_args[k] = *other;
     tracer::TraceResult probe;
     try {
-      probe = tracer::Trace(fn, probe_args, names);
+      probe = tracer::Trace(fn, probe_args, names, /*verification=*/true);
     } catch (const std::exception& e) {
       keep(absl::StrCat("the function raised with ", name, " = ", tracer::IValueString(*other), " (", e.what(), ")"));
       continue;
     }
     if (!probe.untraceable.empty() || probe.rerun_eagerly) {
-      keep("the function is not traceable with another value");
+      keep(absl::StrCat("the function is not traceable with another value",
+                        probe.untraceable.empty() ? "" : absl::StrCat(" (", probe.untraceable, ")")));
       continue;
     }
     std::vector<Position> positions;

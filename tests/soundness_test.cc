@@ -416,6 +416,44 @@ TEST_P(Soundness, EvalModeDropoutBeforeItemStaysCompiled) {
   EXPECT_EQ(f.stats().cache_hits, 2);
 }
 
+// --- Default dtype and verification traces --------------------------------------------------------
+
+TEST_P(Soundness, IntegerToFloatingOpsFollowTheDefaultDtype) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor i = a[0].toTensor();
+    return {i.exp(), i / (i + 1)};
+  };
+  auto f = warden::compile(fn, Opts());
+  auto i = torch::arange(4, torch::kLong);
+  EXPECT_EQ(f({i})[0].scalar_type(), torch::kFloat);
+  torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  const auto got = f({i});
+  const auto want = fn({i});
+  torch::set_default_dtype(caffe2::TypeMeta::Make<float>());
+  ExpectClose(got[0], want[0], "exp of int64 under default double");
+  ExpectClose(got[1], want[1], "int64 true division under default double");
+  EXPECT_EQ(got[0].scalar_type(), torch::kDouble);
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
+TEST_P(Soundness, VerificationTraceOfAMarkedScalarWritesNothing) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    const double alpha = a[1].toDouble();
+    if (alpha > 0) x.add_(1);
+    return {x * alpha};
+  };
+  auto f = warden::compile(fn, Opts());
+  f.mark_dynamic(1, 0);
+  auto x = torch::zeros({3});
+  ExpectClose(f({x, -0.5})[0], torch::zeros({3}), "result");
+  // The second trace runs with another value of alpha (0.125 > 0): it must not write x.
+  EXPECT_TRUE(torch::equal(x, torch::zeros({3})));
+  auto y = torch::zeros({3});
+  ExpectClose(f({y, 2.0})[0], fn({torch::zeros({3}), 2.0})[0], "positive alpha");
+  EXPECT_TRUE(torch::equal(y, torch::ones({3})));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Soundness, ::testing::Values("aten", "cpp"));
 
 }  // namespace

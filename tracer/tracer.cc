@@ -56,6 +56,7 @@ struct TraceState {
   bool backward_seen = false;
   std::string abort_reason;      // non-empty: the trace is abandoned; the call re-runs eagerly
   bool syncing = false;          // replaying a requires_grad_ the function made on a wrapper
+  bool verification = false;     // Trace(..., verification): no observable effect may run
   std::vector<std::shared_ptr<torch::autograd::Node>> keep_alive;  // accumulators shared with wrappers
 
   void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
@@ -618,9 +619,10 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                              " was called on a traced tensor after its trace ended; traced "
                              "tensors must not escape the traced function"));
   }
-  if (!st->abort_reason.empty()) {  // abandoned, and the function caught AbortTrace: finish untraced
-    PassThrough(op, stack);
-    return;
+  if (!st->abort_reason.empty()) {
+    // Abandoned, and the function caught AbortTrace. The call re-runs eagerly, so nothing more
+    // may run (a write now would happen twice).
+    throw AbortTrace();
   }
   if (st->backward_depth > 0) {  // Note [Autograd inside the trace]
     Abandon(*st,
@@ -680,6 +682,11 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (node.random && DrawsNothing(schema, node)) node.random = false;
   if (mode != st->entry_mode) node.mode = mode;
 
+  if (st->verification && (node.random || (node.mutates && WritesArgumentOrConstant(g, node)))) {
+    st->abort_reason = absl::StrCat("the verification trace reached ", name,
+                                    node.random ? ", which draws random numbers" : ", which writes an argument or a captured tensor");
+    throw AbortTrace();
+  }
   {
     c10::impl::ExcludeDispatchKeyGuard exclude(kTraceKey);
     op.callBoxed(stack);
@@ -816,8 +823,9 @@ class ScopedTrace {
 bool IsTracing() { return current_state != nullptr; }
 
 TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
-                  const std::vector<std::string>& arg_names) {
+                  const std::vector<std::string>& arg_names, bool verification) {
   auto state = std::make_unique<TraceState>();
+  state->verification = verification;
   Graph& g = *state->graph;
   g.arg_names = arg_names;
   for (size_t i = g.arg_names.size(); i < args.size(); ++i) g.arg_names.push_back(absl::StrCat("arg", i));

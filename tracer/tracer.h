@@ -45,8 +45,11 @@ using TracedFn = std::function<std::vector<at::Tensor>(const std::vector<c10::IV
 
 // Runs `fn(args)` once under the tracer. Exceptions thrown by `fn` (or by ATen inside it) propagate
 // unchanged. Arguments must be tensors (possibly undefined), ints, doubles or bools.
+// `verification`: a second trace made only to compare graphs (Note [Symbolic scalars]); it must
+// leave no trace of itself, so an op that would write an argument or a captured tensor, or draw a
+// random number, abandons it before running (rerun_eagerly is then set; nothing was written).
 TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
-                  const std::vector<std::string>& arg_names);
+                  const std::vector<std::string>& arg_names, bool verification = false);
 
 // True while the calling thread is inside Trace() (nested compiled functions run eagerly).
 bool IsTracing();
