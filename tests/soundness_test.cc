@@ -399,6 +399,27 @@ TEST_P(Soundness, UnwatchedModeDependentOpIsNamedInExplain) {
   EXPECT_THAT(text, HasSubstr("watch(module)"));
 }
 
+TEST_P(Soundness, OptimizerStepReadingAnArgumentsGrad) {
+  auto step = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor p = a[0].toTensor();
+    {
+      torch::NoGradGuard no_grad;
+      p.sub_(p.grad() * 0.1);
+    }
+    return {p * 1};
+  };
+  auto f = warden::compile(step, Opts());
+  for (int call = 0; call < 3; ++call) {
+    auto p = torch::randn({3}).requires_grad_(), q = p.detach().clone().requires_grad_();
+    (p * p).sum().backward();
+    (q * q).sum().backward();
+    auto got = f({p});
+    auto want = step({q});
+    ExpectClose(got[0].detach(), want[0].detach(), "result");
+    ExpectClose(p.detach(), q.detach(), "parameter after the step");
+  }
+}
+
 // --- Eval-mode dropout draws nothing -------------------------------------------------------------
 
 TEST_P(Soundness, EvalModeDropoutBeforeItemStaysCompiled) {

@@ -191,6 +191,28 @@ class WrapperImpl final : public c10::TensorImpl {
   const torch::autograd::Node* mirrored_ = nullptr;
 };
 
+void AbandonForGradAccess(const WrapperImpl& w, bool write);
+
+// The autograd metadata of every wrapper: autograd's own (grad_fn, requires_grad, accumulator:
+// MirrorAutograd fills them in), except that reading a gradient a wrapper cannot have (its real
+// tensor's .grad() is defined) or writing one abandons the trace (Note [Autograd inside the
+// trace]): `.grad()` is not an op, so the cached graph could not follow it.
+class WrapperMeta final : public torch::autograd::AutogradMeta {
+ public:
+  explicit WrapperMeta(const WrapperImpl* owner) : owner_(owner) {}
+  at::Tensor& mutable_grad() override {
+    AbandonForGradAccess(*owner_, /*write=*/true);
+    return grad_;
+  }
+  const at::Tensor& grad() const override {
+    AbandonForGradAccess(*owner_, /*write=*/false);
+    return grad_;
+  }
+
+ private:
+  const WrapperImpl* owner_;
+};
+
 WrapperImpl* AsWrapper(const at::Tensor& t) {
   if (!t.defined()) return nullptr;
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -199,7 +221,9 @@ WrapperImpl* AsWrapper(const at::Tensor& t) {
 }
 
 at::Tensor Wrap(const at::Tensor& real, TraceState* state, ValueId id) {
-  return at::Tensor(c10::make_intrusive<WrapperImpl>(real, state->id, id));
+  auto impl = c10::make_intrusive<WrapperImpl>(real, state->id, id);
+  impl->set_autograd_meta(std::make_unique<WrapperMeta>(impl.get()));
+  return at::Tensor(std::move(impl));
 }
 
 std::string OpName(const c10::FunctionSchema& schema) {
@@ -447,6 +471,7 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   if (!real.requires_grad()) return;
   const std::shared_ptr<torch::autograd::Node>& fn = real.grad_fn();
   if (fn != nullptr) {
+    if (t.is_leaf() && t.requires_grad()) w->set_requires_grad(false);  // a leaf that gained history
     torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
     w->set_mirrored(fn.get());
     return;
@@ -479,15 +504,23 @@ void Abandon(TraceState& st, const std::string& why, bool can_continue) {
   }
 }
 
+void AbandonForGradAccess(const WrapperImpl& w, bool write) {
+  TraceState* st = w.live_state();
+  if (st == nullptr || st->syncing) return;
+  if (!write && !w.real().grad().defined()) return;  // eager reads an undefined gradient too
+  Abandon(*st,
+          write ? "writes the .grad of a traced tensor (not an op: the cached graph could not repeat it)"
+                : "reads the .grad of a traced tensor (not an op: the cached graph could not follow it)",
+          /*can_continue=*/false);
+}
+
 // Checks one wrapper the function hands back to ATen (an op argument or a returned tensor) for
 // autograd state that C++ code changed behind the tracer (Note [Autograd inside the trace]).
 void CheckAutograd(TraceState& st, const at::Tensor& t) {
   WrapperImpl* w = AsWrapper(t);
-  if (w == nullptr || w->live_state() != &st || w->autograd_meta() == nullptr) {
-    if (w != nullptr && w->live_state() == &st && w->real().requires_grad()) MirrorAutograd(st, w, t);
-    return;
-  }
+  if (w == nullptr || w->live_state() != &st) return;
   const at::Tensor& real = w->real();
+  if (!t.requires_grad() && !real.requires_grad()) return;
   const std::shared_ptr<torch::autograd::Node>& fn = t.grad_fn();
   if (fn != nullptr) {
     if (fn.get() != w->mirrored()) {
