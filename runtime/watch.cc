@@ -1,20 +1,28 @@
 // Note [Watched modules]
 // A LibTorch module keeps C++ state that reaches ATen only as plain values: its training flag
-// becomes batch_norm's `training` and dropout's `train` bool, its parameters are tensors the
-// forward captures by reference. A trace sees the bools and the tensors, not where they came from,
-// so `m->eval()` after compiling would hit the train-mode graph. CompiledFunction::watch(module)
-// makes that state part of every later entry's guards: the training flag of the module and of each
-// submodule, and which objects each one's parameter, buffer and child registries hold (a
-// replace_module, or a registry that grew). The checks read the flags and registries directly
-// (private members, reached through the explicit-instantiation rule below: LibTorch offers only
-// the virtual is_training() and allocating accessors), so a watched module with 50 submodules
-// costs one predictable load and compare per flag and per registry entry on a hit.
+// becomes batch_norm's `training` and dropout's `train` bool. A trace sees the bool, not where it
+// came from, so `m->eval()` after compiling would hit the train-mode graph.
+// CompiledFunction::watch(module) makes that state part of every later entry's guards: the training
+// flag of the module and of each submodule, and, for every container module, which submodules its
+// child registry holds (replace_module rebinds one in place; register_module adds one). The checks
+// read the flags and registries directly (private members, reached through the
+// explicit-instantiation rule below: LibTorch offers only the virtual is_training() and allocating
+// accessors), without a branch per flag, so a watched model of 50 submodules costs about one load
+// per submodule on a hit (bench/watch_bench).
 //
-// What this cannot see: a tensor member assigned directly (`lin->weight = t`) bypasses the
-// module's registry; LibTorch's own parameters(), optimizers and to() miss it too. Replace a
-// parameter's contents in place (`weight.set_data(t)`, or copy_ under NoGradGuard): the cached
-// graph reads the same tensor object, and its new metadata is guarded as a captured tensor's.
+// What is not guarded, and why. Parameters and buffers are tensors the trace captures: their
+// metadata and identity are guarded as every captured tensor's (guards/builder.cc), and in-place
+// changes (optimizer steps, torch::load, set_data, to()) are what replay reads. Which tensor a
+// registry slot holds can change only through a subclass's own code (LibTorch's API has no way to
+// rebind a registered parameter), and LibTorch's modules read their members, not the registries:
+// checking every slot would cost ~4 loads per submodule on every hit for a change no public API
+// makes. A tensor member assigned directly (`lin->weight = t`) bypasses the registry altogether
+// (LibTorch's parameters(), optimizers and to() miss it too) and is invisible to any guard: change
+// contents in place instead (`weight.set_data(t)`, or copy_ under NoGradGuard). Leaf modules that
+// gain a child after compiling are not seen either.
 #include "runtime/watch.h"
+
+#include <type_traits>
 
 #include <torch/nn/module.h>
 
@@ -24,10 +32,9 @@
 namespace warden {
 namespace {
 
-using TensorDict = torch::OrderedDict<std::string, at::Tensor>;
 using ChildDict = torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>;
 
-// Access to torch::nn::Module's registries and training flag. Access checking does not apply to
+// Access to torch::nn::Module's child registry and training flag. Access checking does not apply to
 // the names in an explicit instantiation ([temp.spec]), so `Expose` may name private members; the
 // friend function it defines hands the member pointer to this file only.
 template <typename Tag, typename Tag::type kMember>
@@ -38,30 +45,12 @@ struct TrainingTag {
   using type = bool torch::nn::Module::*;
   friend type MemberOf(TrainingTag);
 };
-struct ParametersTag {
-  using type = TensorDict torch::nn::Module::*;
-  friend type MemberOf(ParametersTag);
-};
-struct BuffersTag {
-  using type = TensorDict torch::nn::Module::*;
-  friend type MemberOf(BuffersTag);
-};
 struct ChildrenTag {
   using type = ChildDict torch::nn::Module::*;
   friend type MemberOf(ChildrenTag);
 };
 template struct Expose<TrainingTag, &torch::nn::Module::is_training_>;
-template struct Expose<ParametersTag, &torch::nn::Module::parameters_>;
-template struct Expose<BuffersTag, &torch::nn::Module::buffers_>;
 template struct Expose<ChildrenTag, &torch::nn::Module::children_>;
-
-const char* KindName(int kind) {
-  switch (kind) {
-    case 0: return "parameter";
-    case 1: return "buffer";
-    default: return "submodule";
-  }
-}
 
 const char* BoolText(bool b) { return b ? "true" : "false"; }
 
@@ -87,7 +76,6 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
     for (const auto& item : w.module->named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
       const torch::nn::Module& m = *item.value();
       g.alive_.push_back(item.value());
-      const std::string prefix = item.key().empty() ? "" : absl::StrCat(item.key(), ".");
       int path = root;
       if (!item.key().empty()) {
         path = static_cast<int>(g.paths_.size());
@@ -95,46 +83,55 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
       }
       const bool* flag = &(m.*MemberOf(TrainingTag{}));
       g.flags_.push_back({flag, *flag, path});
-      auto add_tensors = [&](Registry::Kind kind, const TensorDict& dict) {
-        g.registries_.push_back({kind, &dict, dict.size(), g.expected_.size(), root, prefix});
-        for (const auto& entry : dict) {
-          g.expected_.push_back(entry.value().unsafeGetTensorImpl());
-          g.entry_names_.push_back(entry.key());
-        }
-      };
-      add_tensors(Registry::kParameters, m.*MemberOf(ParametersTag{}));
-      add_tensors(Registry::kBuffers, m.*MemberOf(BuffersTag{}));
-      const ChildDict& children = m.*MemberOf(ChildrenTag{});
-      g.registries_.push_back({Registry::kChildren, &children, children.size(), g.expected_.size(), root, prefix});
-      for (const auto& entry : children) {
-        g.expected_.push_back(entry.value().get());
-        g.entry_names_.push_back(entry.key());
+      const auto& items = (m.*MemberOf(ChildrenTag{})).items();
+      if (items.empty()) continue;  // a leaf (Note [Watched modules]: what is not guarded)
+      g.children_.push_back({&items, items.data(), items.size(), g.expected_.size(), root,
+                             item.key().empty() ? "" : absl::StrCat(item.key(), ".")});
+      for (const auto& child : items) {
+        g.expected_.push_back(child.value().get());
+        g.child_names_.push_back(child.key());
       }
     }
+  }
+  for (const Flag& f : g.flags_) {
+    g.flag_ptrs_.push_back(f.flag);
+    g.flag_expected_.push_back(f.expected);
   }
   g.empty_ = g.flags_.empty();
   return g;
 }
 
 bool ModuleGuards::CheckAll() const noexcept {
-  for (const Flag& f : flags_) {
-    if (*f.flag != f.expected) return false;
+  // Flags first (a train()/eval() switch is by far the most common change), without a branch per
+  // flag: one load, xor and or each.
+  const bool* const* flag = flag_ptrs_.data();
+  const uint8_t* want = flag_expected_.data();
+  const size_t n = flag_ptrs_.size();
+  unsigned changed = 0, changed2 = 0, changed3 = 0, changed4 = 0;  // independent chains
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    changed |= static_cast<unsigned>(*flag[i]) ^ want[i];
+    changed2 |= static_cast<unsigned>(*flag[i + 1]) ^ want[i + 1];
+    changed3 |= static_cast<unsigned>(*flag[i + 2]) ^ want[i + 2];
+    changed4 |= static_cast<unsigned>(*flag[i + 3]) ^ want[i + 3];
   }
+  for (; i < n; ++i) changed |= static_cast<unsigned>(*flag[i]) ^ want[i];
+  if ((changed | changed2 | changed3 | changed4) != 0) return false;
+  using Items = std::vector<ChildDict::Item>;
   const void* const* expected = expected_.data();
-  for (const Registry& r : registries_) {
-    if (r.kind == Registry::kChildren) {
-      const auto& items = static_cast<const ChildDict*>(r.dict)->items();
-      if (items.size() != r.size) return false;
-      for (size_t i = 0; i < r.size; ++i) {
-        if (items[i].value().get() != expected[r.first + i]) return false;
-      }
-    } else {
-      const auto& items = static_cast<const TensorDict*>(r.dict)->items();
-      if (items.size() != r.size) return false;
-      for (size_t i = 0; i < r.size; ++i) {
-        if (items[i].value().unsafeGetTensorImpl() != expected[r.first + i]) return false;
-      }
+  for (const Children& c : children_) {
+    const Items& items = *static_cast<const Items*>(c.items);
+    if (static_cast<const void*>(items.data()) != c.begin || items.size() != c.size) return false;
+    const ChildDict::Item* item = items.data();
+    const void* const* want_child = expected + c.first;
+    uintptr_t diff = 0, diff2 = 0;  // independent chains, no branch per child
+    size_t k = 0;
+    for (; k + 2 <= c.size; k += 2) {
+      diff |= reinterpret_cast<uintptr_t>(item[k].value().get()) ^ reinterpret_cast<uintptr_t>(want_child[k]);
+      diff2 |= reinterpret_cast<uintptr_t>(item[k + 1].value().get()) ^ reinterpret_cast<uintptr_t>(want_child[k + 1]);
     }
+    if (k < c.size) diff |= reinterpret_cast<uintptr_t>(item[k].value().get()) ^ reinterpret_cast<uintptr_t>(want_child[k]);
+    if ((diff | diff2) != 0) return false;
   }
   return true;
 }
@@ -146,32 +143,19 @@ std::string ModuleGuards::FirstFailure() const {
                           ", actual ", BoolText(*f.flag));
     }
   }
-  for (const Registry& r : registries_) {
-    std::vector<const void*> now;
-    std::vector<std::string> keys;
-    if (r.kind == Registry::kChildren) {
-      for (const auto& item : *static_cast<const ChildDict*>(r.dict)) {
-        now.push_back(item.value().get());
-        keys.push_back(item.key());
-      }
-    } else {
-      for (const auto& item : *static_cast<const TensorDict*>(r.dict)) {
-        now.push_back(item.value().unsafeGetTensorImpl());
-        keys.push_back(item.key());
-      }
+  using Items = std::vector<ChildDict::Item>;
+  for (const Children& c : children_) {
+    const Items& items = *static_cast<const Items*>(c.items);
+    for (size_t i = 0; i < std::min(items.size(), c.size); ++i) {
+      if (items[i].value().get() == expected_[c.first + i] && items[i].key() == child_names_[c.first + i]) continue;
+      return absl::StrCat("module '", paths_[c.root], "' submodule '", c.prefix, child_names_[c.first + i],
+                          "' replaced");
     }
-    const char* kind = KindName(r.kind);
-    for (size_t i = 0; i < std::min(now.size(), r.size); ++i) {
-      if (now[i] == expected_[r.first + i]) continue;
-      const std::string name = absl::StrCat(r.prefix, keys[i]);
-      return r.kind == Registry::kChildren
-                 ? absl::StrCat("module '", paths_[r.root], "' submodule '", name, "' replaced")
-                 : absl::StrCat("module '", paths_[r.root], "' ", kind, " '", name, "' rebound");
-    }
-    if (now.size() != r.size) {
-      const std::string owner = r.prefix.empty() ? paths_[r.root]
-                                                 : absl::StrCat(paths_[r.root], ".", r.prefix.substr(0, r.prefix.size() - 1));
-      return absl::StrCat("module '", owner, "' ", kind, " count mismatch. expected ", r.size, ", actual ", now.size());
+    if (items.size() != c.size) {
+      const std::string owner =
+          c.prefix.empty() ? paths_[c.root] : absl::StrCat(paths_[c.root], ".", c.prefix.substr(0, c.prefix.size() - 1));
+      return absl::StrCat("module '", owner, "' submodule count mismatch. expected ", c.size, ", actual ",
+                          items.size());
     }
   }
   return "";
@@ -183,12 +167,11 @@ std::vector<std::string> ModuleGuards::Describe() const {
     lines.push_back(absl::StrCat("module '", paths_[f.path], "' training == ", BoolText(f.expected),
                                  "  # watched module: train()/eval() reach ops only as bools"));
   }
-  for (const Registry& r : registries_) {
-    if (r.size == 0) continue;
+  for (const Children& c : children_) {
     std::vector<std::string> names;
-    for (size_t i = 0; i < r.size; ++i) names.push_back(absl::StrCat(r.prefix, entry_names_[r.first + i]));
-    lines.push_back(absl::StrCat("module '", paths_[r.root], "' ", KindName(r.kind), r.size == 1 ? " " : "s ",
-                                 absl::StrJoin(names, ", "), " bound as at compile time  # watched module"));
+    for (size_t i = 0; i < c.size; ++i) names.push_back(absl::StrCat(c.prefix, child_names_[c.first + i]));
+    lines.push_back(absl::StrCat("module '", paths_[c.root], "' submodule", c.size == 1 ? " " : "s ",
+                                 absl::StrJoin(names, ", "), " registered as at compile time  # watched module"));
   }
   return lines;
 }
