@@ -15,7 +15,8 @@
 // - Aliasing: when the graph writes an argument (or a view of one), which other arguments share
 //   its storage changes the results, so storage sharing is guarded pairwise against the written
 //   arguments.
-// - Default dtype: when a factory op or a floating-point scalar argument could have used it.
+// - Default dtype: when a factory op or a floating-point scalar argument could have used it, or an
+//   op made a floating result from integer or bool operands (int / int, exp of an int tensor).
 #include "guards/builder.h"
 
 #include <optional>
@@ -55,9 +56,32 @@ std::vector<std::string> FirstUse(const Graph& g) {
   return use;
 }
 
+// True when an op's result is floating-point although none of its tensor operands is: ATen took
+// the result dtype from the default dtype (true division or exp of an integer tensor, mean of a
+// bool mask, ...).
+bool PromotesToDefaultDtype(const Graph& g, const tracer::Node& n) {
+  bool floating_result = false;
+  for (const tracer::NodeReturn& r : n.returns) {
+    for (ValueId id : r.values) {
+      const tracer::Value& v = g.value(id);
+      if (v.is_tensor && at::isFloatingType(v.meta.dtype)) floating_result = true;
+    }
+  }
+  if (!floating_result) return false;
+  for (const NodeArg& a : n.args) {
+    std::vector<ValueId> ids = a.kind == NodeArg::Kind::kValue ? std::vector<ValueId>{a.value} : a.values;
+    for (ValueId id : ids) {
+      if (id == tracer::kNoValue || !g.value(id).is_tensor) continue;
+      const at::ScalarType t = g.value(id).meta.dtype;
+      if (at::isFloatingType(t) || at::isComplexType(t)) return false;
+    }
+  }
+  return true;
+}
+
 bool UsesDefaultDtype(const Graph& g) {
   for (const tracer::Node& n : g.nodes) {
-    if (n.factory) return true;
+    if (n.factory || PromotesToDefaultDtype(g, n)) return true;
     for (const NodeArg& a : n.args) {
       if (a.kind == NodeArg::Kind::kConstant && (a.constant.isDouble() ||
                                                  (a.constant.isScalar() && a.constant.toScalar().isFloatingPoint()))) {
