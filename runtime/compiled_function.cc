@@ -357,6 +357,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
       std::vector<at::Tensor> outputs;
       std::string failure;
       if (e->artifact->Run(args, &outputs, &failure)) {
+        if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
         // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
         // hot path) that may undercount when threads hit the same entry at once.
         e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -383,6 +384,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     std::vector<at::Tensor> outputs;
     std::string failure;
     if (e->artifact->Run(args, &outputs, &failure)) {
+      if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
       slow_hits_.fetch_add(1);
       e->hits.fetch_add(1);
       e->last_used.store(call_index);
@@ -439,6 +441,9 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     j["entries"] = entries.size();
     trace_->Emit("compile_start", std::move(j));
   }
+  // Watched modules as the call found them (Note [Watched modules]: the entry's guards describe
+  // the state at entry, and flags the function itself changes are replayed on hits).
+  ModuleGuards modules = ModuleGuards::Capture(watched_);
   tracer::TraceResult trace;
   try {
     trace = tracer::Trace(fn_, args, names);
@@ -468,6 +473,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     }
     RecordEvent(std::move(event));
     if (trace.rerun_eagerly) {
+      modules.RestoreFlags();  // the re-run must start from the state the call found
       lock.unlock();
       return fn_(args);
     }
@@ -514,7 +520,18 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   std::string became_dynamic;
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
-  entry->modules = ModuleGuards::Capture(watched_);
+  if (!modules.StructureHolds()) {
+    // The function registered or replaced submodules of a watched module: a hit could not repeat
+    // that, so the function runs eagerly from now on (this call's result is the trace's).
+    eager_reason_ = "the function registers or replaces submodules of a watched module";
+    event.action = absl::StrCat("not traceable (", eager_reason_, "): runs eagerly from now on");
+    runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+    RecordEvent(std::move(event));
+    eager_calls_.fetch_add(1);
+    return trace.outputs;
+  }
+  modules.RecordFlagsAfterCall();
+  entry->modules = std::move(modules);
   WarnUnwatchedModes(*trace.graph);
   entry->signature = guards::SignatureOf(entry->program.guards());
   entry->hit = guards::HitCheck(entry->program.guards());

@@ -20,6 +20,10 @@
 // (LibTorch's parameters(), optimizers and to() miss it too) and is invisible to any guard: change
 // contents in place instead (`weight.set_data(t)`, or copy_ under NoGradGuard). Leaf modules that
 // gain a child after compiling are not seen either.
+//
+// Flags the function itself changes (`model->eval()` inside it) are guarded as the call found them
+// and replayed as it left them: every hit sets them again after its artifact ran. A function that
+// registers or replaces submodules runs eagerly (reported).
 #include "runtime/watch.h"
 
 #include <type_traits>
@@ -132,6 +136,37 @@ bool ModuleGuards::CheckAll() const noexcept {
     }
     if (k < c.size) diff |= reinterpret_cast<uintptr_t>(item[k].value().get()) ^ reinterpret_cast<uintptr_t>(want_child[k]);
     if ((diff | diff2) != 0) return false;
+  }
+  return true;
+}
+
+// Flags are written through the same member pointer LibTorch's Module::train() writes, not by
+// calling train() (virtual and recursive: it would also set the children, whose flags the call may
+// have left differently).
+void ModuleGuards::RecordFlagsAfterCall() {
+  flag_writes_.clear();
+  for (const Flag& f : flags_) {
+    if (*f.flag != f.expected) flag_writes_.push_back({const_cast<bool*>(f.flag), *f.flag});
+  }
+  writes_flags_ = !flag_writes_.empty();
+}
+
+void ModuleGuards::ApplyFlagWrites() const noexcept {
+  for (const auto& [flag, value] : flag_writes_) *flag = value;
+}
+
+void ModuleGuards::RestoreFlags() const noexcept {
+  for (const Flag& f : flags_) *const_cast<bool*>(f.flag) = f.expected;
+}
+
+bool ModuleGuards::StructureHolds() const noexcept {
+  using Items = std::vector<ChildDict::Item>;
+  for (const Children& c : children_) {
+    const Items& items = *static_cast<const Items*>(c.items);
+    if (static_cast<const void*>(items.data()) != c.begin || items.size() != c.size) return false;
+    for (size_t i = 0; i < c.size; ++i) {
+      if (items[i].value().get() != expected_[c.first + i]) return false;
+    }
   }
   return true;
 }

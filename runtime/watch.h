@@ -34,6 +34,17 @@ class ModuleGuards {
   // (~1 ns per submodule); no allocation, lock, throw or virtual call.
   bool Check() const noexcept { return empty_ || CheckAll(); }
 
+  // A watched flag the traced call changed (`model->eval()` inside the function) is part of what
+  // the call does: RecordFlagsAfterCall notes the flags the call left, and every hit of the entry
+  // sets them again (ApplyFlagWrites, after the artifact ran), as eager would.
+  void RecordFlagsAfterCall();
+  bool writes_flags() const { return writes_flags_; }
+  void ApplyFlagWrites() const noexcept;
+  // Puts the flags back as captured (before an eager re-run of an abandoned trace).
+  void RestoreFlags() const noexcept;
+  // False if a child registry changed since Capture (the call registered or replaced submodules).
+  bool StructureHolds() const noexcept;
+
   // Slow path: the reason of ../shared/API.md for the first failing guard, "" if all hold.
   std::string FirstFailure() const;
   // One line per guard, for guards(entry) and explain().
@@ -65,6 +76,8 @@ class ModuleGuards {
   std::vector<Flag> flags_;
   std::vector<const bool*> flag_ptrs_;   // the hot path's copy of flags_: pointers and
   std::vector<uint8_t> flag_expected_;   // expected values in two dense arrays
+  bool writes_flags_ = false;
+  std::vector<std::pair<bool*, bool>> flag_writes_;  // (flag, value the call leaves it at)
   std::vector<Children> children_;
   std::vector<const void*> expected_;      // Module* per child, in registry order
   std::vector<std::string> child_names_;   // parallel to expected_

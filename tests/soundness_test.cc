@@ -389,6 +389,29 @@ TEST_P(Soundness, WatchDropsExistingEntriesAndRequiresASharedModule) {
   EXPECT_THROW(f.watch(on_stack), warden::Error);
 }
 
+// The guard describes the flags as the call found them; the switch the function makes is replayed.
+TEST_P(Soundness, WatchedFlagChangedInsideTheFunction) {
+  torch::nn::Dropout drop(0.5);
+  auto f = warden::compile(
+      [drop](const std::vector<c10::IValue>& a) mutable -> std::vector<at::Tensor> {
+        at::Tensor y = drop(a[0].toTensor());
+        drop->eval();
+        return {y};
+      },
+      Opts());
+  f.watch(*drop, "drop");
+  auto x = torch::ones({64});
+  f({x});  // enters in train mode, leaves eval
+  EXPECT_FALSE(drop->is_training());
+  ExpectClose(f({x})[0], x, "enters in eval: dropout is the identity");
+  drop->train();
+  const at::Tensor y = f({x})[0];  // the train-mode entry: draws, then leaves eval again
+  EXPECT_FALSE(drop->is_training());
+  EXPECT_TRUE(((y == 0) | (y == 2)).all().item<bool>());
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().cache_hits, 1);
+}
+
 TEST_P(Soundness, UnwatchedModeDependentOpIsNamedInExplain) {
   auto net = MakeBnNet();
   auto f = warden::compile(Forward(net), Opts());
