@@ -1,6 +1,7 @@
 // Note [Which guards]
 // - Always: global state the replay depends on (grad mode and inference mode change what ATen
-//   returns), the argument count, each argument's type, and for tensors dtype, device, layout and
+//   returns; the thread's dispatch-key words carry autocast and below-autograd guards, and
+//   autocast's dtype is guarded while it is on: Note [Thread modes]), the argument count, each argument's type, and for tensors dtype, device, layout and
 //   requires_grad. dtype has to be guarded even for unused tensors because user code can branch
 //   on it without the tracer seeing the read (TensorImpl::dtype() is not virtual).
 // - Rank and sizes: only for tensors the graph uses (an input of some node, an output) or whose
@@ -192,6 +193,16 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
        "autograd recording of the replayed ops depends on it"});
   add({GuardKind::kInferenceMode, -1, -1, -1, c10::InferenceMode::is_enabled(), 0,
        "inference tensors and autograd state of the outputs depend on it"});
+  // Note [Thread modes]: what the thread had set when the call began (autocast, below-autograd
+  // guards, InferenceMode's key exclusions) decides what the recorded ops returned.
+  add({GuardKind::kThreadIncludedKeys, -1, -1, -1, static_cast<int64_t>(g.entry_mode.included), 0,
+       "thread-local dispatch state the recorded ops ran under"});
+  add({GuardKind::kThreadExcludedKeys, -1, -1, -1, static_cast<int64_t>(g.entry_mode.excluded), 0,
+       "thread-local dispatch state the recorded ops ran under (autocast, below-autograd guards)"});
+  if (g.entry_mode.autocast_cpu_dtype >= 0) {
+    add({GuardKind::kAutocastDtype, -1, -1, -1, g.entry_mode.autocast_cpu_dtype, 0,
+         "autocast was on at the call: ops were cast to this dtype"});
+  }
   if (UsesDefaultDtype(g)) {
     add({GuardKind::kDefaultDtype, -1, -1, -1,
          static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())), 0,

@@ -11,6 +11,9 @@
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "tracer/thread_mode.h"
 
 namespace warden::guards {
 
@@ -46,6 +49,15 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
       case GuardKind::kDefaultDtype:
         if (static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) != in.expected)
           return false;
+        break;
+      case GuardKind::kThreadIncludedKeys:
+        if (static_cast<int64_t>(c10::impl::raw_local_dispatch_key_set.included_) != in.expected) return false;
+        break;
+      case GuardKind::kThreadExcludedKeys:
+        if (static_cast<int64_t>(c10::impl::raw_local_dispatch_key_set.excluded_) != in.expected) return false;
+        break;
+      case GuardKind::kAutocastDtype:
+        if (tracer::CurrentAutocastCpuDtype() != in.expected) return false;
         break;
       case GuardKind::kArgCount:
         if (static_cast<int64_t>(num_args) != in.expected) return false;
@@ -234,9 +246,13 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
   std::map<int, RecordParts> parts;
   const Guard* grad = nullptr;
   const Guard* inference = nullptr;
+  const Guard* included = nullptr;
+  const Guard* excluded = nullptr;
   for (const Guard& g : guards) {
     if (g.kind == GuardKind::kGradMode) grad = &g;
     if (g.kind == GuardKind::kInferenceMode) inference = &g;
+    if (g.kind == GuardKind::kThreadIncludedKeys) included = &g;
+    if (g.kind == GuardKind::kThreadExcludedKeys) excluded = &g;
     if (g.arg < 0 || !IsRecordKind(g.kind)) continue;
     RecordParts& p = parts[g.arg];
     ++p.count;
@@ -271,9 +287,16 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
   }
   const bool fuse_autograd = grad != nullptr && inference != nullptr;
   if (fuse_autograd) autograd_ = (grad->expected ? 2 : 0) | (inference->expected ? 1 : 0);
+  const bool fuse_keys = included != nullptr && excluded != nullptr;
+  if (fuse_keys) {
+    check_keys_ = true;
+    included_keys_ = static_cast<uint64_t>(included->expected);
+    excluded_keys_ = static_cast<uint64_t>(excluded->expected);
+  }
   std::vector<Guard> rest;
   for (const Guard& g : guards) {
     if (fuse_autograd && (&g == grad || &g == inference)) continue;
+    if (fuse_keys && (&g == included || &g == excluded)) continue;
     if (g.kind == GuardKind::kArgCount && arg_count_ < 0) {
       arg_count_ = g.expected;
       continue;
@@ -292,6 +315,10 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     const int32_t now = (static_cast<int32_t>(state.get_grad_mode()) << 1) |
                         static_cast<int32_t>(state.get_inference_mode());
     if (now != autograd_) return false;
+  }
+  if (check_keys_) {
+    const c10::impl::PODLocalDispatchKeySet& keys = c10::impl::raw_local_dispatch_key_set;
+    if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
   }
   for (const TensorRecord& r : tensors_) {
     const c10::IValue& v = args[r.arg];

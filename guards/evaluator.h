@@ -57,7 +57,7 @@ class GuardProgram {
 // The hit path's check of one cache entry: every guard of the entry, the common ones compiled to
 // one record per tensor argument (type, dtype, device, layout, requires_grad, rank and size
 // bounds, read from the TensorImpl once, no hashing), grad mode and inference mode from one read of
-// c10::AutogradState, and the rest (strides, relations, scalar values, aliasing, default dtype,
+// c10::AutogradState, the thread's dispatch-key words from one read of the TLS, and the rest (strides, relations, scalar values, aliasing, default dtype,
 // non-tensor types) in a GuardProgram run after the records. Check() accepts exactly what
 // GuardProgram(guards).Check() accepts.
 class HitCheck {
@@ -91,6 +91,8 @@ class HitCheck {
   };
   int64_t arg_count_ = -1;   // -1: not guarded
   int32_t autograd_ = -1;    // grad << 1 | inference; -1: not both guarded (then in rest_)
+  bool check_keys_ = false;  // the thread's dispatch-key words (Note [Thread modes]), from one TLS read
+  uint64_t included_keys_ = 0, excluded_keys_ = 0;
   size_t min_args_ = 0;      // records index args below this
   std::vector<TensorRecord> tensors_;
   std::vector<DimBound> bounds_;

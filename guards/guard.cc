@@ -8,8 +8,11 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/DefaultDtype.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/strings/str_cat.h"
+
+#include "tracer/thread_mode.h"
 
 namespace warden::guards {
 
@@ -114,6 +117,11 @@ int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
     case GuardKind::kGradMode: return c10::GradMode::is_enabled();
     case GuardKind::kInferenceMode: return c10::InferenceMode::is_enabled();
     case GuardKind::kDefaultDtype: return static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype()));
+    case GuardKind::kThreadIncludedKeys:
+      return static_cast<int64_t>(c10::impl::raw_local_dispatch_key_set.included_);
+    case GuardKind::kThreadExcludedKeys:
+      return static_cast<int64_t>(c10::impl::raw_local_dispatch_key_set.excluded_);
+    case GuardKind::kAutocastDtype: return tracer::CurrentAutocastCpuDtype();
     case GuardKind::kArgCount: return static_cast<int64_t>(args.size());
     case GuardKind::kArgType:
       return g.arg < static_cast<int>(args.size()) ? static_cast<int64_t>(ArgTypeOf(args[g.arg]))
@@ -203,6 +211,11 @@ std::string Describe(const Guard& g, const std::vector<std::string>& names) {
     case GuardKind::kGradMode: return absl::StrCat("grad_mode == ", BoolText(g.expected));
     case GuardKind::kInferenceMode: return absl::StrCat("inference_mode == ", BoolText(g.expected));
     case GuardKind::kDefaultDtype: return absl::StrCat("default_dtype == ", DtypeText(g.expected));
+    case GuardKind::kThreadIncludedKeys:
+      return absl::StrCat("thread_included_keys == ", tracer::DispatchWordText(g.expected, false));
+    case GuardKind::kThreadExcludedKeys:
+      return absl::StrCat("thread_excluded_keys == ", tracer::DispatchWordText(g.expected, true));
+    case GuardKind::kAutocastDtype: return absl::StrCat("autocast_cpu_dtype == ", DtypeText(g.expected));
     case GuardKind::kArgCount: return absl::StrCat("len(args) == ", g.expected);
     case GuardKind::kArgType:
       return absl::StrCat("type(", name(g.arg), ") == ", ArgTypeName(static_cast<ArgType>(g.expected)));
@@ -245,6 +258,16 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
     case GuardKind::kDefaultDtype:
       return absl::StrCat("default dtype mismatch. expected ", DtypeText(g.expected), ", actual ",
                           DtypeText(actual));
+    case GuardKind::kThreadIncludedKeys:
+    case GuardKind::kThreadExcludedKeys: {
+      const bool excluded = g.kind == GuardKind::kThreadExcludedKeys;
+      return absl::StrCat("thread-local ", excluded ? "excluded" : "included",
+                          " dispatch keys mismatch. expected ", tracer::DispatchWordText(g.expected, excluded),
+                          ", actual ", tracer::DispatchWordText(actual, excluded));
+    }
+    case GuardKind::kAutocastDtype:
+      return absl::StrCat("autocast dtype mismatch. expected ", DtypeText(g.expected), ", actual ",
+                          actual < 0 ? "autocast off" : DtypeText(actual));
     case GuardKind::kArgCount:
       return absl::StrCat("argument count mismatch. expected ", g.expected, ", actual ", actual);
     case GuardKind::kArgType: {

@@ -20,6 +20,9 @@ namespace warden::guards {
   X(kGradMode, "grad_mode")                                                \
   X(kInferenceMode, "inference_mode")                                      \
   X(kDefaultDtype, "default_dtype")                                        \
+  X(kThreadIncludedKeys, "thread_included_keys") /* Note [Thread modes] */   \
+  X(kThreadExcludedKeys, "thread_excluded_keys") /* autocast, below-autograd */ \
+  X(kAutocastDtype, "autocast_dtype")                                      \
   X(kArgCount, "arg_count")                                                \
   X(kArgType, "type")                                                      \
   X(kDtype, "dtype")                                                       \

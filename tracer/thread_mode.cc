@@ -26,6 +26,30 @@ constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::DeferredInit;
 
 }  // namespace
 
+int8_t CurrentAutocastCpuDtype() {
+  return at::autocast::is_cpu_enabled() ? static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype()) : -1;
+}
+
+std::string DispatchWordText(uint64_t raw, bool excluded) {
+  if (raw == 0) return "default";
+  const c10::DispatchKeySet defaults = excluded ? c10::default_excluded_set : c10::default_included_set;
+  const c10::DispatchKeySet now = c10::DispatchKeySet(c10::DispatchKeySet::RAW, raw) ^ defaults;
+  c10::DispatchKeySet added = now - defaults, removed = defaults - now;
+  std::vector<std::string> parts;
+  if (excluded && removed.has(c10::DispatchKey::AutocastCPU)) {
+    parts.push_back("autocast cpu on");
+    removed = removed.remove(c10::DispatchKey::AutocastCPU);
+  }
+  const c10::DispatchKeySet below = c10::autograd_dispatch_keyset_with_ADInplaceOrView;
+  if (excluded && (added & below) == below) {
+    parts.push_back("below autograd");
+    added = added - below;
+  }
+  for (c10::DispatchKey k : added) parts.push_back(absl::StrCat("+", c10::toString(k)));
+  for (c10::DispatchKey k : removed) parts.push_back(absl::StrCat("-", c10::toString(k)));
+  return parts.empty() ? "default" : absl::StrJoin(parts, ", ");
+}
+
 ThreadMode ThreadMode::Current() {
   ThreadMode m;
   const c10::AutogradState& a = c10::AutogradState::get_tls_state();

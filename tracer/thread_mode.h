@@ -43,6 +43,13 @@ inline const c10::impl::PODLocalDispatchKeySet& CurrentDispatchWords() {
   return c10::impl::raw_local_dispatch_key_set;
 }
 
+// autocast's CPU dtype while autocast is enabled on the calling thread, else -1.
+int8_t CurrentAutocastCpuDtype();
+
+// "default", "autocast cpu on", "below autograd", "+Key"/"-Key" for other differences: the thread's
+// included (`excluded` false) or excluded dispatch-key word as PODLocalDispatchKeySet stores it.
+std::string DispatchWordText(uint64_t raw, bool excluded);
+
 // Makes `mode` the calling thread's state for the scope's lifetime (replay of one node recorded
 // under a mode the function set), restoring the previous state on exit, also on exceptions.
 class ScopedThreadMode {

@@ -8,6 +8,7 @@
 #include <c10/core/DefaultDtype.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "guards/guard.h"
@@ -410,6 +411,39 @@ TEST(GuardProgram, KeepsProvenance) {
   g.provenance = "used by aten::sin at %0";
   const GuardProgram program({Count(1), Type(0, ArgType::kTensor), g});
   EXPECT_EQ(program.guards().back().provenance, "used by aten::sin at %0");
+}
+
+
+// Note [Thread modes]: the thread's dispatch-key words and autocast's dtype, on both paths.
+TEST(ThreadStateGuards, DispatchKeysAndAutocastDtype) {
+  const std::vector<c10::IValue> args;
+  const std::vector<Guard> guards = {Make(GuardKind::kThreadIncludedKeys, -1, 0),
+                                     Make(GuardKind::kThreadExcludedKeys, -1, 0)};
+  const GuardProgram program(guards);
+  const HitCheck hit(guards);
+  EXPECT_TRUE(program.Check(args));
+  EXPECT_TRUE(hit.Check(args));
+  at::autocast::set_cpu_enabled(true);
+  const bool program_under_autocast = program.Check(args);
+  const bool hit_under_autocast = hit.Check(args);
+  const std::string reason = program.FirstFailure(args, {});
+  {
+    const GuardProgram dtype({Make(GuardKind::kAutocastDtype, -1, static_cast<int64_t>(at::kBFloat16))});
+    EXPECT_TRUE(dtype.Check(args));
+  }
+  at::autocast::set_cpu_enabled(false);
+  EXPECT_FALSE(program_under_autocast);
+  EXPECT_FALSE(hit_under_autocast);
+  EXPECT_EQ(reason, "thread-local excluded dispatch keys mismatch. expected default, actual autocast cpu on");
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    EXPECT_FALSE(hit.Check(args));
+    EXPECT_THAT(program.FirstFailure(args, {}), ::testing::HasSubstr("actual below autograd"));
+  }
+  const GuardProgram dtype({Make(GuardKind::kAutocastDtype, -1, static_cast<int64_t>(at::kBFloat16))});
+  EXPECT_FALSE(dtype.Check(args));
+  EXPECT_EQ(dtype.FirstFailure(args, {}), "autocast dtype mismatch. expected BFloat16, actual autocast off");
+  EXPECT_EQ(Describe(guards[1], {}), "thread_excluded_keys == default");
 }
 
 }  // namespace
