@@ -15,6 +15,13 @@
 // every scalar argument (the programs use scalars only as op arguments, the promise
 // mark_dynamic on a scalar makes: Note [Symbolic scalars]). Float outputs that differ beyond the
 // tolerances are judged against a double-precision run of the program (Note [Float reference]).
+// Programs with patterns (Note [Patterns] in program.cc) also get: calls that pass one tensor in
+// two argument positions, a view of it or two halves of one storage; twin models, Warden's
+// watched, switched between train() and eval() on both sides, compared after every call
+// (parameters, running statistics, gradients). Every call also checks that thread-local modes
+// (grad, inference, autocast, dispatch keys) are the caller's again afterwards, that returned
+// tensors match in leafness and inference-ness, and that the global generator, seeded alike
+// before each side's call, ends in the same state.
 #ifndef WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 #define WARDEN_TESTS_FUZZ_DIFFERENTIAL_H_
 
@@ -43,12 +50,14 @@ struct CheckCounts {
   int64_t probes = 0;        // guard probes (each a call that must miss)
   int64_t backward = 0;      // calls whose outputs were back-propagated on both sides
   int64_t reference_accepts = 0;  // float differences accepted against a double run (Note [Float reference])
+  int64_t limitations = 0;  // documented refusals: Warden raised "cannot be re-run eagerly" where
+                            // eager returned (README "Run eagerly, and said so"); not failures
 };
 
 // Every difference found for `program`, each a self-contained text naming the configuration and
-// call (empty: none). Adds to `counts`.
+// call (empty: none). Adds to `counts`, and each documented refusal to `limitations` if given.
 std::vector<std::string> CheckProgram(const Program& program, const std::vector<Config>& configs,
-                                      CheckCounts* counts);
+                                      CheckCounts* counts, std::vector<std::string>* limitations = nullptr);
 
 struct FuzzBudget {
   uint64_t seed = 1;       // program i has seed `seed + i`
@@ -56,16 +65,22 @@ struct FuzzBudget {
   double seconds = 0;      // ...or after this long (0: no time limit)
   std::vector<Config> configs = AllConfigs();
   bool verbose = false;    // print every program
+  bool force_patterns = false;  // Generate(seed, /*force_patterns=*/true)
 };
 
 struct FuzzSummary {
   int64_t programs = 0;
+  int64_t with_patterns = 0;  // of which had at least one pattern
   double seconds = 0;
   CheckCounts counts;
   std::vector<std::string> failures;  // each starts with the program's text (seed included)
+  std::vector<std::string> limitations;  // the first few documented refusals, one per program
 };
 
 FuzzSummary RunFuzz(const FuzzBudget& budget);
+
+// Whether `p` got any pattern (Note [Patterns] in program.cc).
+bool HasPatterns(const Program& p);
 
 }  // namespace warden::fuzz
 

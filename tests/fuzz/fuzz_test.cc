@@ -23,8 +23,8 @@ class FuzzTest : public ::testing::Test {
 };
 
 void Report(const FuzzSummary& s) {
-  std::cout << s.programs << " programs, " << s.counts.calls << " checked calls (" << s.counts.eager_errors
-            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, " << s.counts.probes << " guard probes, " << s.failures.size()
+  std::cout << s.programs << " programs (" << s.with_patterns << " with patterns), " << s.counts.calls << " checked calls (" << s.counts.eager_errors
+            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, " << s.counts.probes << " guard probes, " << s.counts.limitations << " documented refusals, " << s.failures.size()
             << " failures in " << s.seconds << " s\n";
   for (size_t i = 0; i < s.failures.size() && i < 5; ++i) ADD_FAILURE() << s.failures[i];
   EXPECT_TRUE(s.failures.empty()) << s.failures.size() << " failures";
@@ -44,12 +44,50 @@ TEST_F(FuzzTest, GeneratorIsDeterministicAndPrintsPrograms) {
   }
 }
 
-FuzzSummary FuzzBackend(const std::string& backend, uint64_t seed, int64_t programs, double seconds) {
+// Every pattern is reachable from the seeded generator, forced or not (Note [Patterns]).
+TEST_F(FuzzTest, GeneratorReachesEveryPattern) {
+  for (const bool forced : {false, true}) {
+    bool modes = false, autocast = false, nested = false, requires_grad = false, function = false, alias = false,
+         same_branch = false, model = false;
+    int with_patterns = 0;
+    const int n = forced ? 40 : 300;
+    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(n); ++seed) {
+      const Program p = Generate(seed, forced);
+      if (seed <= 20) {
+        EXPECT_EQ(p.ToString(), Generate(seed, forced).ToString());
+      }
+      with_patterns += HasPatterns(p);
+      modes |= !p.regions.empty();
+      nested |= p.regions.size() > 1;
+      for (const Region& r : p.regions) autocast |= r.mode == Mode::kAutocast;
+      alias |= p.alias_b >= 0;
+      model |= p.model.in > 0;
+      for (const Step& s : p.steps) {
+        requires_grad |= s.op == Op::kDetachRequiresGrad || s.op == Op::kRequiresGrad;
+        function |= s.op == Op::kGradReverse || s.op == Op::kGradScale || s.op == Op::kSquareFn;
+        same_branch |= s.op == Op::kIsSameBranch || s.op == Op::kIsAliasBranch;
+      }
+    }
+    EXPECT_TRUE(modes && autocast && nested && requires_grad && function && alias && same_branch && model)
+        << "forced " << forced;
+    if (forced) {
+      EXPECT_GE(with_patterns, n * 9 / 10);
+    } else {
+      // Modest: the CI seeds mostly run what they ran before patterns existed.
+      EXPECT_LE(with_patterns, n * 2 / 5);
+      EXPECT_GE(with_patterns, n / 10);
+    }
+  }
+}
+
+FuzzSummary FuzzBackend(const std::string& backend, uint64_t seed, int64_t programs, double seconds,
+                        bool force_patterns = false) {
   FuzzBudget b;
   b.seed = seed;
   b.programs = programs;
   b.seconds = seconds;  // a safety net on a loaded machine; the seeds are the budget
   b.configs = ConfigsOf(backend);
+  b.force_patterns = force_patterns;
   return RunFuzz(b);
 }
 
@@ -58,6 +96,14 @@ TEST_F(FuzzTest, AtenBackendAgreesWithEager) { Report(FuzzBackend("aten", 1000, 
 
 // Backend "cpp" runs g++ for every new kernel: fewer programs (~20-30 s here).
 TEST_F(FuzzTest, CppBackendAgreesWithEager) { Report(FuzzBackend("cpp", 5000, 25, 60)); }
+
+// Programs with the patterns forced (Note [Patterns] in program.cc): mode regions, requires_grad_
+// on intermediates, custom autograd Functions, aliased arguments, a watched model; 40 per backend,
+// eight of each pattern (~10 s here: many run eagerly, a custom Function or is_alias_of).
+TEST_F(FuzzTest, PatternsAgreeWithEager) {
+  Report(FuzzBackend("aten", 9000, 40, 40, /*force_patterns=*/true));
+  Report(FuzzBackend("cpp", 9000, 40, 60, /*force_patterns=*/true));
+}
 
 }  // namespace
 }  // namespace warden::fuzz

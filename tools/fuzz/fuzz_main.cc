@@ -1,6 +1,7 @@
 // CLI of the differential fuzzer (tests/fuzz/differential.h). Exit status 1 if any program
 // disagreed with eager; each failure prints its seed and program text, and
-// `--seed=S --programs=1` reruns exactly that program.
+// `--seed=S --programs=1` reruns exactly that program (with --force_patterns when its text says
+// "patterns forced").
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -29,9 +30,11 @@ int main(int argc, char** argv) {
       backend = v;
     } else if (arg == "--verbose") {
       budget.verbose = true;
+    } else if (arg == "--force_patterns") {
+      budget.force_patterns = true;
     } else {
       std::cerr << "usage: fuzz [--seed=S] [--programs=N] [--seconds=T (0: no limit)] "
-                   "[--backend=aten|cpp|all] [--verbose]\n";
+                   "[--backend=aten|cpp|all] [--force_patterns] [--verbose]\n";
       return 2;
     }
   }
@@ -48,13 +51,17 @@ int main(int argc, char** argv) {
   }
   if (std::getenv("WARDEN_CACHE_DIR") == nullptr) setenv("WARDEN_CACHE_DIR", "/tmp/warden-fuzz-cache", 1);
   std::cerr << "fuzz: seed " << budget.seed << ", up to " << budget.programs << " programs, "
-            << budget.seconds << " s, backend " << backend << ", WARDEN_CACHE_DIR=" << std::getenv("WARDEN_CACHE_DIR")
+            << budget.seconds << " s, backend " << backend << (budget.force_patterns ? ", patterns forced" : "")
+            << ", WARDEN_CACHE_DIR=" << std::getenv("WARDEN_CACHE_DIR")
             << "\n";
   const warden::fuzz::FuzzSummary s = warden::fuzz::RunFuzz(budget);
   for (const std::string& f : s.failures) std::cout << "FAILURE\n" << f << "\n";
-  std::cout << s.programs << " programs (seeds " << budget.seed << ".." << budget.seed + s.programs - 1 << "), "
+  for (const std::string& l : s.limitations) std::cout << "DOCUMENTED LIMITATION (not a failure)\n" << l << "\n";
+  std::cout << s.programs << " programs (seeds " << budget.seed << ".." << budget.seed + s.programs - 1 << ", "
+            << s.with_patterns << " with patterns), "
             << s.counts.calls << " checked calls (" << s.counts.eager_errors << " raising in eager), "
             << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, "
-            << s.counts.probes << " guard probes, " << s.failures.size() << " failures in " << s.seconds << " s\n";
+            << s.counts.probes << " guard probes, " << s.counts.limitations << " documented refusals, "
+            << s.failures.size() << " failures in " << s.seconds << " s\n";
   return s.failures.empty() ? 0 : 1;
 }
