@@ -461,6 +461,11 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     throw;
   }
   const TraceClock::time_point traced_at = TraceClock::now();
+  if (trace.untraceable.empty() && !modules.StructureHolds()) {
+    // A hit could not repeat registering or replacing submodules (Note [Watched modules]); this
+    // call's result is the trace's, which ran them.
+    trace.untraceable = "the function registers or replaces submodules of a watched module";
+  }
   if (!trace.untraceable.empty()) {
     eager_reason_ = trace.untraceable;
     eager_calls_.fetch_add(1);
@@ -520,16 +525,6 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   std::string became_dynamic;
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
-  if (!modules.StructureHolds()) {
-    // The function registered or replaced submodules of a watched module: a hit could not repeat
-    // that, so the function runs eagerly from now on (this call's result is the trace's).
-    eager_reason_ = "the function registers or replaces submodules of a watched module";
-    event.action = absl::StrCat("not traceable (", eager_reason_, "): runs eagerly from now on");
-    runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
-    RecordEvent(std::move(event));
-    eager_calls_.fetch_add(1);
-    return trace.outputs;
-  }
   modules.RecordFlagsAfterCall();
   entry->modules = std::move(modules);
   WarnUnwatchedModes(*trace.graph);

@@ -86,7 +86,9 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
         g.paths_.push_back(absl::StrCat(w.name, ".", item.key()));
       }
       const bool* flag = &(m.*MemberOf(TrainingTag{}));
-      g.flags_.push_back({flag, *flag, path});
+      g.flags_.push_back(flag);
+      g.flag_expected_.push_back(*flag);
+      g.flag_paths_.push_back(path);
       const auto& items = (m.*MemberOf(ChildrenTag{})).items();
       if (items.empty()) continue;  // a leaf (Note [Watched modules]: what is not guarded)
       g.children_.push_back({&items, items.data(), items.size(), g.expected_.size(), root,
@@ -97,10 +99,6 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
       }
     }
   }
-  for (const Flag& f : g.flags_) {
-    g.flag_ptrs_.push_back(f.flag);
-    g.flag_expected_.push_back(f.expected);
-  }
   g.empty_ = g.flags_.empty();
   return g;
 }
@@ -108,9 +106,9 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
 bool ModuleGuards::CheckAll() const noexcept {
   // Flags first (a train()/eval() switch is by far the most common change), without a branch per
   // flag: one load, xor and or each.
-  const bool* const* flag = flag_ptrs_.data();
+  const bool* const* flag = flags_.data();
   const uint8_t* want = flag_expected_.data();
-  const size_t n = flag_ptrs_.size();
+  const size_t n = flags_.size();
   unsigned changed = 0, changed2 = 0, changed3 = 0, changed4 = 0;  // independent chains
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -121,6 +119,28 @@ bool ModuleGuards::CheckAll() const noexcept {
   }
   for (; i < n; ++i) changed |= static_cast<unsigned>(*flag[i]) ^ want[i];
   if ((changed | changed2 | changed3 | changed4) != 0) return false;
+  return StructureHolds();
+}
+
+// Flags are written through the same member pointer LibTorch's Module::train() writes, not by
+// calling train() (virtual and recursive: it would also set the children, whose flags the call may
+// have left differently).
+void ModuleGuards::RecordFlagsAfterCall() {
+  flag_writes_.clear();
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    if (*flags_[i] != flag_expected_[i]) flag_writes_.push_back({const_cast<bool*>(flags_[i]), *flags_[i]});
+  }
+}
+
+void ModuleGuards::ApplyFlagWrites() const noexcept {
+  for (const auto& [flag, value] : flag_writes_) *flag = value;
+}
+
+void ModuleGuards::RestoreFlags() const noexcept {
+  for (size_t i = 0; i < flags_.size(); ++i) *const_cast<bool*>(flags_[i]) = flag_expected_[i];
+}
+
+bool ModuleGuards::StructureHolds() const noexcept {
   using Items = std::vector<ChildDict::Item>;
   const void* const* expected = expected_.data();
   for (const Children& c : children_) {
@@ -140,42 +160,11 @@ bool ModuleGuards::CheckAll() const noexcept {
   return true;
 }
 
-// Flags are written through the same member pointer LibTorch's Module::train() writes, not by
-// calling train() (virtual and recursive: it would also set the children, whose flags the call may
-// have left differently).
-void ModuleGuards::RecordFlagsAfterCall() {
-  flag_writes_.clear();
-  for (const Flag& f : flags_) {
-    if (*f.flag != f.expected) flag_writes_.push_back({const_cast<bool*>(f.flag), *f.flag});
-  }
-  writes_flags_ = !flag_writes_.empty();
-}
-
-void ModuleGuards::ApplyFlagWrites() const noexcept {
-  for (const auto& [flag, value] : flag_writes_) *flag = value;
-}
-
-void ModuleGuards::RestoreFlags() const noexcept {
-  for (const Flag& f : flags_) *const_cast<bool*>(f.flag) = f.expected;
-}
-
-bool ModuleGuards::StructureHolds() const noexcept {
-  using Items = std::vector<ChildDict::Item>;
-  for (const Children& c : children_) {
-    const Items& items = *static_cast<const Items*>(c.items);
-    if (static_cast<const void*>(items.data()) != c.begin || items.size() != c.size) return false;
-    for (size_t i = 0; i < c.size; ++i) {
-      if (items[i].value().get() != expected_[c.first + i]) return false;
-    }
-  }
-  return true;
-}
-
 std::string ModuleGuards::FirstFailure() const {
-  for (const Flag& f : flags_) {
-    if (*f.flag != f.expected) {
-      return absl::StrCat("module '", paths_[f.path], "' training mismatch. expected ", BoolText(f.expected),
-                          ", actual ", BoolText(*f.flag));
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    if (*flags_[i] != flag_expected_[i]) {
+      return absl::StrCat("module '", paths_[flag_paths_[i]], "' training mismatch. expected ",
+                          BoolText(flag_expected_[i]), ", actual ", BoolText(*flags_[i]));
     }
   }
   using Items = std::vector<ChildDict::Item>;
@@ -198,8 +187,8 @@ std::string ModuleGuards::FirstFailure() const {
 
 std::vector<std::string> ModuleGuards::Describe() const {
   std::vector<std::string> lines;
-  for (const Flag& f : flags_) {
-    lines.push_back(absl::StrCat("module '", paths_[f.path], "' training == ", BoolText(f.expected),
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    lines.push_back(absl::StrCat("module '", paths_[flag_paths_[i]], "' training == ", BoolText(flag_expected_[i]),
                                  "  # watched module: train()/eval() reach ops only as bools"));
   }
   for (const Children& c : children_) {

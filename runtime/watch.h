@@ -38,7 +38,7 @@ class ModuleGuards {
   // the call does: RecordFlagsAfterCall notes the flags the call left, and every hit of the entry
   // sets them again (ApplyFlagWrites, after the artifact ran), as eager would.
   void RecordFlagsAfterCall();
-  bool writes_flags() const { return writes_flags_; }
+  bool writes_flags() const { return !flag_writes_.empty(); }
   void ApplyFlagWrites() const noexcept;
   // Puts the flags back as captured (before an eager re-run of an abandoned trace).
   void RestoreFlags() const noexcept;
@@ -55,11 +55,6 @@ class ModuleGuards {
  private:
   bool CheckAll() const noexcept;
 
-  struct Flag {
-    const bool* flag;
-    bool expected;
-    int path;  // into paths_: "model.1"
-  };
   // The child registry of a container module: its items vector must still start where it did and
   // hold as many items (nothing registered, removed or reallocated), each the same submodule
   // (replace_module rebinds one in place): expected_[first, first + size).
@@ -73,10 +68,11 @@ class ModuleGuards {
   };
 
   bool empty_ = true;
-  std::vector<Flag> flags_;
-  std::vector<const bool*> flag_ptrs_;   // the hot path's copy of flags_: pointers and
-  std::vector<uint8_t> flag_expected_;   // expected values in two dense arrays
-  bool writes_flags_ = false;
+  // One entry per module (the watched ones and all their submodules), in three dense arrays so
+  // that the hot path streams through pointers and expected values only.
+  std::vector<const bool*> flags_;
+  std::vector<uint8_t> flag_expected_;
+  std::vector<int> flag_paths_;  // into paths_: "model.1"
   std::vector<std::pair<bool*, bool>> flag_writes_;  // (flag, value the call leaves it at)
   std::vector<Children> children_;
   std::vector<const void*> expected_;      // Module* per child, in registry order

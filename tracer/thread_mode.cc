@@ -30,23 +30,36 @@ int8_t CurrentAutocastCpuDtype() {
   return at::autocast::is_cpu_enabled() ? static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype()) : -1;
 }
 
-std::string DispatchWordText(uint64_t raw, bool excluded) {
-  if (raw == 0) return "default";
+namespace {
+
+// What one dispatch-key word (PODLocalDispatchKeySet's raw form) differs in from a fresh thread's:
+// "autocast cpu on" (excluded word; left out where the caller names autocast itself), "below
+// autograd" (excluded word; left out under inference mode, which excludes the same keys), then
+// "+Key" / "-Key" for any other difference.
+std::vector<std::string> WordParts(uint64_t raw, bool excluded, bool name_autocast, bool name_below) {
+  std::vector<std::string> parts;
+  if (raw == 0) return parts;
   const c10::DispatchKeySet defaults = excluded ? c10::default_excluded_set : c10::default_included_set;
   const c10::DispatchKeySet now = c10::DispatchKeySet(c10::DispatchKeySet::RAW, raw) ^ defaults;
   c10::DispatchKeySet added = now - defaults, removed = defaults - now;
-  std::vector<std::string> parts;
   if (excluded && removed.has(c10::DispatchKey::AutocastCPU)) {
-    parts.push_back("autocast cpu on");
+    if (name_autocast) parts.push_back("autocast cpu on");
     removed = removed.remove(c10::DispatchKey::AutocastCPU);
   }
   const c10::DispatchKeySet below = c10::autograd_dispatch_keyset_with_ADInplaceOrView;
   if (excluded && (added & below) == below) {
-    parts.push_back("below autograd");
+    if (name_below) parts.push_back("below autograd");
     added = added - below;
   }
   for (c10::DispatchKey k : added) parts.push_back(absl::StrCat("+", c10::toString(k)));
   for (c10::DispatchKey k : removed) parts.push_back(absl::StrCat("-", c10::toString(k)));
+  return parts;
+}
+
+}  // namespace
+
+std::string DispatchWordText(uint64_t raw, bool excluded) {
+  const std::vector<std::string> parts = WordParts(raw, excluded, /*name_autocast=*/true, /*name_below=*/true);
   return parts.empty() ? "default" : absl::StrJoin(parts, ", ");
 }
 
@@ -62,9 +75,7 @@ ThreadMode ThreadMode::Current() {
   pod.set_excluded(keys.excluded_.remove(kTraceKey));
   m.included = pod.included_;
   m.excluded = pod.excluded_;
-  if (at::autocast::is_cpu_enabled()) {
-    m.autocast_cpu_dtype = static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype());
-  }
+  m.autocast_cpu_dtype = CurrentAutocastCpuDtype();
   return m;
 }
 
@@ -76,17 +87,12 @@ std::string ThreadMode::Describe() const {
   if (autocast_cpu_dtype >= 0) {
     parts.push_back(absl::StrCat("autocast cpu ", c10::toString(static_cast<c10::ScalarType>(autocast_cpu_dtype))));
   }
-  c10::impl::PODLocalDispatchKeySet pod{included, excluded};
-  const c10::DispatchKeySet inc = pod.included(), exc = pod.excluded();
-  if (inc != c10::default_included_set) parts.push_back(absl::StrCat("included keys ", c10::toString(inc)));
-  // What torch:: factories (AutoDispatchBelowADInplaceOrView) and InferenceMode exclude.
-  c10::DispatchKeySet extra = exc - c10::default_excluded_set;
-  const c10::DispatchKeySet below = c10::autograd_dispatch_keyset_with_ADInplaceOrView;
-  if ((extra & below) == below) {
-    if (!inference_mode) parts.push_back("below autograd");
-    extra = extra - below;
+  for (const bool excluded_word : {false, true}) {
+    for (std::string& part : WordParts(excluded_word ? excluded : included, excluded_word,
+                                       /*name_autocast=*/autocast_cpu_dtype < 0, /*name_below=*/!inference_mode)) {
+      parts.push_back(std::move(part));
+    }
   }
-  if (!extra.empty()) parts.push_back(absl::StrCat("excluded keys ", c10::toString(extra)));
   return parts.empty() ? "default" : absl::StrJoin(parts, ", ");
 }
 
