@@ -375,6 +375,29 @@ TEST_P(Soundness, WatchedModuleReplacedSubmoduleRecompiles) {
   EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'net' submodule 'fc' replaced");
 }
 
+TEST_P(Soundness, ReplacingASubmoduleInsideTheFunctionRunsEagerly) {
+  auto net = std::make_shared<TwoLayer>();
+  // Built outside: a module constructed inside the trace would hold traced tensors.
+  std::vector<torch::nn::Linear> spares = {torch::nn::Linear(4, 3), torch::nn::Linear(4, 3)};
+  size_t next = 0;
+  auto f = warden::compile(
+      [net, spares, &next](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        at::Tensor y = net->forward(a[0].toTensor());
+        net->fc = net->replace_module("fc", spares[next++ % spares.size()]);
+        return {y};
+      },
+      Opts());
+  f.watch(*net, "net");
+  auto x = torch::randn({2, 4});
+  for (int call = 0; call < 2; ++call) {
+    const at::Tensor want = net->forward(x).detach();
+    ExpectClose(f({x})[0].detach(), want, "output with the submodule of that call");
+  }
+  EXPECT_EQ(f.stats().compiles, 0);
+  EXPECT_EQ(f.stats().eager_calls, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("registers or replaces submodules of a watched module"));
+}
+
 TEST_P(Soundness, WatchDropsExistingEntriesAndRequiresASharedModule) {
   auto net = MakeBnNet();
   auto f = warden::compile(Forward(net), Opts());
