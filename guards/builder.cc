@@ -16,10 +16,41 @@
 // - Aliasing: when the graph writes an argument (or a view of one), which other arguments share
 //   its storage changes the results, so storage sharing is guarded pairwise against the written
 //   arguments.
+// - Identity: with two or more tensor arguments, which of them are the same tensor object
+//   (Note [Argument identity]).
+// - Captured tensors: the metadata of every tensor the graph captured (Note [Captured tensors]).
 // - Default dtype: when a factory op or a floating-point scalar argument could have used it, or an
 //   op made a floating result from integer or bool operands (int / int, exp of an int tensor).
+//
+// Note [Argument identity]
+// C++ code can see whether two arguments are the same tensor (`a.is_same(b)`, `&a == &b` on the
+// TensorImpl, a map keyed by it) and the tracer cannot see it look: TensorImpl identity is a
+// pointer compare, not a dispatched op. So the trace makes identity real and the guard keeps it:
+// Trace() gives a tensor passed twice one wrapper (so `is_same` inside the trace answers as eager
+// does, and the graph reads the first occurrence), and a kArgIdentity guard records, for every
+// tensor argument, the first argument that is the same object. A call with another identity
+// pattern, in either direction (distinct -> same or same -> distinct), misses and re-traces. The
+// guard is added whenever there are two tensor arguments, whether or not the graph writes one:
+// the function's C++ branches are invisible. Storage sharing without identity (a view of another
+// argument) is a different question: reading it (is_alias_of) is raw storage access that makes the
+// function run eagerly, and the graph's own writes are covered by the kAliasing guards above.
+// Cost: n tensor arguments are n^2/2 pointer compares up to 16 of them, a stack sort beyond.
+//
+// Note [Captured tensors]
+// A tensor the function captured (a module's parameter, a C++ variable) enters the graph as a
+// constant the first time an op reads it, and the graph holds it by reference, so its values are
+// read afresh on every call, as eager reads them. Its metadata is another matter: C++ code reads
+// `w.size(0)` without the tracer seeing it (the tensor is not a wrapper), and someone can change
+// it in place between calls (`resize_`, `set_`, `set_data` as Module::to does, `requires_grad_`).
+// Each captured tensor therefore gets a kCapturedTensor guard: its dispatch keys, dtype, device
+// and requires_grad, and for a plain strided TensorImpl its sizes, strides and storage offset, as
+// the trace first saw them. The check reads the held TensorImpl directly (no argument involved),
+// a few loads and two memcmps per captured tensor. What stays invisible: a captured tensor no op
+// reads (its metadata can only reach the graph through C++, which Warden cannot see; pass it as
+// an argument), and rebinding a C++ variable to another tensor (the graph keeps the old one).
 #include "guards/builder.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -240,13 +271,42 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     }
   }
 
+  // Note [Argument identity]
+  const std::vector<int32_t> same_as = IdentityOf(args);
+  if (std::count_if(same_as.begin(), same_as.end(), [](int32_t s) { return s >= 0; }) >= 2) {
+    Guard identity{GuardKind::kArgIdentity, -1, -1, -1, 0, 0,
+                   "C++ code can compare tensor arguments (is_same, ==): the trace saw this identity"};
+    identity.same_as = same_as;
+    add(std::move(identity));
+  }
+  // Note [Captured tensors]
+  for (const tracer::Value& v : g.values) {
+    if (v.kind != tracer::ValueKind::kConstant || !v.constant.defined() ||
+        v.constant.unsafeGetTensorImpl()->is_wrapped_number()) {
+      continue;
+    }
+    Guard captured{GuardKind::kCapturedTensor, -1, static_cast<int>(v.id), -1, 0, 0,
+                   "captured tensor: C++ code can read its metadata without the tracer seeing it"};
+    CapturedTensor c = CapturedTensor::Of(v.constant, g.ValueName(v.id));
+    // As the trace first saw it (Note [Metadata at entry]); the function may have changed it since.
+    c.requires_grad = v.meta.requires_grad;
+    if (c.plain) {
+      c.sizes = v.meta.sizes;
+      c.strides = v.meta.strides;
+    }
+    captured.captured = std::make_shared<const CapturedTensor>(std::move(c));
+    add(std::move(captured));
+  }
+
   for (size_t i = 0; i < args.size(); ++i) {
     const int a = static_cast<int>(i);
     const ArgType type = ArgTypeOf(args[i]);
     add({GuardKind::kArgType, a, -1, -1, static_cast<int64_t>(type), 0, "every argument's type is guarded"});
-    // The argument's graph value, if the graph saw it.
-    const tracer::Value* value = static_cast<size_t>(a) < g.arg_values.size() && g.arg_values[a] != tracer::kNoValue
-                                     ? &g.value(g.arg_values[a])
+    // The argument's graph value, if the graph saw it; a tensor passed twice has the value of its
+    // first occurrence (Note [Argument identity]).
+    const int rep = same_as[i] >= 0 ? same_as[i] : a;
+    const tracer::Value* value = static_cast<size_t>(rep) < g.arg_values.size() && g.arg_values[rep] != tracer::kNoValue
+                                     ? &g.value(g.arg_values[rep])
                                      : nullptr;
     if (value != nullptr && !value->is_tensor) {
       continue;  // a symbolic scalar (Note [Symbolic scalars]): read by the graph, only its type guarded

@@ -31,8 +31,96 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
       in.aux = static_cast<int32_t>(relations_.size());
       relations_.push_back({g.lhs, g.rhs, g.symbols});
     }
+    if (g.kind == GuardKind::kArgIdentity) {
+      in.aux = static_cast<int32_t>(identities_.size());
+      Identity id;
+      for (size_t i = 0; i < g.same_as.size(); ++i) {
+        if (g.same_as[i] < 0) continue;
+        // The position of the first equal argument among the tensor arguments.
+        const auto pos = std::find(id.args.begin(), id.args.end(), g.same_as[i]);
+        id.first.push_back(static_cast<int32_t>(pos == id.args.end() ? id.args.size() : pos - id.args.begin()));
+        id.args.push_back(static_cast<int32_t>(i));
+      }
+      identities_.push_back(std::move(id));
+    }
+    if (g.kind == GuardKind::kCapturedTensor) {
+      in.aux = static_cast<int32_t>(captured_.size());
+      const CapturedTensor& c = *g.captured;
+      Captured r{c.tensor.unsafeGetTensorImpl(), caffe2::TypeMeta::fromScalarType(c.dtype), c.device, c.keys,
+                 c.requires_grad, c.plain ? static_cast<int32_t>(c.sizes.size()) : -1, c.storage_offset, c.sizes};
+      r.sizes_strides.insert(r.sizes_strides.end(), c.strides.begin(), c.strides.end());
+      captured_.push_back(std::move(r));
+    }
     code_.push_back(in);
   }
+}
+
+// Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. Up to
+// kPairwise tensor arguments each is compared with the earlier ones (n^2 / 2 compares of values
+// in registers, faster than sorting at these sizes); more are sorted on the stack, which finds
+// each one's first equal argument in n log n; past kSorted (a stack budget) the pairwise loop runs
+// on the arguments directly. Any number of arguments is checked exactly.
+bool GuardProgram::IdentityHolds(const Identity& id, const c10::IValue* args) noexcept {
+  constexpr size_t kPairwise = 16, kSorted = 512;
+  const size_t n = id.args.size();
+  if (n <= kPairwise) {
+    const c10::TensorImpl* impl[kPairwise];
+    for (size_t k = 0; k < n; ++k) {
+      impl[k] = args[id.args[k]].unsafeToTensorImpl();
+      size_t first = k;
+      for (size_t p = 0; p < k; ++p) {
+        if (impl[p] == impl[k]) {
+          first = p;
+          break;
+        }
+      }
+      if (first != static_cast<size_t>(id.first[k])) return false;
+    }
+    return true;
+  }
+  if (n <= kSorted) {
+    std::pair<const c10::TensorImpl*, int32_t> sorted[kSorted];
+    for (size_t k = 0; k < n; ++k) sorted[k] = {args[id.args[k]].unsafeToTensorImpl(), static_cast<int32_t>(k)};
+    std::sort(sorted, sorted + n);
+    // Equal pointers are adjacent, by position: the first of each run is the run's first argument.
+    for (size_t k = 0, run = 0; k < n; ++k) {
+      if (sorted[k].first != sorted[run].first) run = k;
+      if (id.first[sorted[k].second] != sorted[run].second) return false;
+    }
+    return true;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const c10::TensorImpl* impl = args[id.args[k]].unsafeToTensorImpl();
+    size_t first = k;
+    for (size_t p = 0; p < k; ++p) {
+      if (args[id.args[p]].unsafeToTensorImpl() == impl) {
+        first = p;
+        break;
+      }
+    }
+    if (first != static_cast<size_t>(id.first[k])) return false;
+  }
+  return true;
+}
+
+// Note [Captured tensors]: the key set, dtype and requires_grad (which asks the autograd meta when
+// there is one) of any captured tensor; device, sizes, strides and offset only of a plain
+// TensorImpl, where they are inline field reads that cannot throw.
+bool GuardProgram::CapturedHolds(const Captured& c) noexcept {
+  const c10::TensorImpl* t = c.impl;
+  if (t->key_set().raw_repr() != c.keys || t->dtype() != c.dtype || t->requires_grad() != c.requires_grad) {
+    return false;
+  }
+  // A subclass may compute its device and sizes (and throw); its key set names the backend.
+  if (c.rank < 0) return true;
+  if (t->device() != c.device) return false;
+  if (c.rank == 0) return t->dim() == 0 && t->storage_offset() == c.storage_offset;
+  const c10::IntArrayRef sizes = t->sizes();
+  if (sizes.size() != static_cast<size_t>(c.rank) || t->storage_offset() != c.storage_offset) return false;
+  const c10::IntArrayRef strides = t->strides();
+  const int64_t* want = c.sizes_strides.data();
+  return std::memcmp(sizes.data(), want, c.rank * sizeof(int64_t)) == 0 &&
+         std::memcmp(strides.data(), want + c.rank, c.rank * sizeof(int64_t)) == 0;
 }
 
 bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcept {
@@ -148,6 +236,12 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
         if (shared != static_cast<bool>(in.expected)) return false;
         break;
       }
+      case GuardKind::kArgIdentity:
+        if (!IdentityHolds(identities_[in.aux], args)) return false;
+        break;
+      case GuardKind::kCapturedTensor:
+        if (!CapturedHolds(captured_[in.aux])) return false;
+        break;
     }
   }
   return true;

@@ -45,6 +45,26 @@ class GuardProgram {
     tracer::SymExpr lhs, rhs;
     std::vector<std::pair<int, int>> symbols;  // (arg, dim) of each expression symbol
   };
+  // kArgIdentity: the positions of the tensor arguments and, per position, the position of the
+  // first one that is the same tensor object (itself when none is).
+  struct Identity {
+    std::vector<int32_t> args;
+    std::vector<int32_t> first;
+  };
+  // kCapturedTensor: one captured tensor's metadata as the trace found it, packed.
+  struct Captured {
+    const c10::TensorImpl* impl;  // kept alive by guards_
+    caffe2::TypeMeta dtype;
+    c10::Device device;
+    uint64_t keys;
+    bool requires_grad;
+    int32_t rank;                 // -1: sizes, strides and offset not guarded (not plain)
+    int64_t storage_offset;
+    std::vector<int64_t> sizes_strides;  // rank sizes, then rank strides
+  };
+  static bool IdentityHolds(const Identity& id, const c10::IValue* args) noexcept;
+  static bool CapturedHolds(const Captured& c) noexcept;
+
   // Relations evaluate with symbol values on the stack; more symbols than this in one relation
   // are not supported by the fast path (the builder never makes such guards).
   static constexpr size_t kMaxRelationSymbols = 16;
@@ -52,6 +72,8 @@ class GuardProgram {
   std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
   std::vector<Instr> code_;
   std::vector<Relation> relations_;
+  std::vector<Identity> identities_;
+  std::vector<Captured> captured_;
 };
 
 // The hit path's check of one cache entry: every guard of the entry, the common ones compiled to

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <typeinfo>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
@@ -11,6 +12,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "tracer/thread_mode.h"
 
@@ -62,6 +64,134 @@ ArgType ArgTypeOf(const c10::IValue& v) {
   if (v.isBool()) return ArgType::kBool;
   return ArgType::kOther;
 }
+
+std::vector<int32_t> IdentityOf(const std::vector<c10::IValue>& args) {
+  std::vector<int32_t> same_as(args.size(), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (ArgTypeOf(args[i]) != ArgType::kTensor) continue;
+    same_as[i] = static_cast<int32_t>(i);
+    for (size_t j = 0; j < i; ++j) {
+      if (same_as[j] == static_cast<int32_t>(j) && args[j].toTensor().is_same(args[i].toTensor())) {
+        same_as[i] = static_cast<int32_t>(j);
+        break;
+      }
+    }
+  }
+  return same_as;
+}
+
+CapturedTensor CapturedTensor::Of(const at::Tensor& t, std::string name) {
+  CapturedTensor c;
+  c.tensor = t;
+  c.name = std::move(name);
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  c.dtype = t.scalar_type();
+  c.device = t.device();
+  c.keys = impl->key_set().raw_repr();
+  c.requires_grad = t.requires_grad();
+  c.plain = typeid(*impl) == typeid(c10::TensorImpl) && t.layout() == c10::kStrided;
+  if (c.plain) {
+    c.sizes = t.sizes().vec();
+    c.strides = t.strides().vec();
+    c.storage_offset = t.storage_offset();
+  }
+  return c;
+}
+
+namespace {
+
+// The first difference between a captured tensor and what its guard expects, as a reason text,
+// or "" if there is none.
+std::string CapturedDifference(const CapturedTensor& c) {
+  const CapturedTensor now = CapturedTensor::Of(c.tensor, c.name);
+  const std::string what = absl::StrCat("captured tensor ", c.name, " ");
+  if (now.keys != c.keys) {
+    return absl::StrCat(what, "dispatch keys mismatch. expected ", c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, c.keys)),
+                        ", actual ", c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, now.keys)));
+  }
+  if (now.dtype != c.dtype) {
+    return absl::StrCat(what, "dtype mismatch. expected ", c10::toString(c.dtype), ", actual ", c10::toString(now.dtype));
+  }
+  if (now.device != c.device) {
+    return absl::StrCat(what, "device mismatch. expected ", c.device.str(), ", actual ", now.device.str());
+  }
+  if (now.requires_grad != c.requires_grad) {
+    return absl::StrCat(what, "requires_grad mismatch. expected ", c.requires_grad ? "true" : "false", ", actual ",
+                        now.requires_grad ? "true" : "false");
+  }
+  if (!c.plain) return "";
+  if (now.sizes.size() != c.sizes.size()) {
+    return absl::StrCat(what, "rank mismatch. expected ", c.sizes.size(), ", actual ", now.sizes.size());
+  }
+  for (size_t d = 0; d < c.sizes.size(); ++d) {
+    if (now.sizes[d] != c.sizes[d]) {
+      return absl::StrCat(what, "size mismatch at index ", d, ". expected ", c.sizes[d], ", actual ", now.sizes[d]);
+    }
+  }
+  for (size_t d = 0; d < c.strides.size(); ++d) {
+    if (now.strides[d] != c.strides[d]) {
+      return absl::StrCat(what, "stride mismatch at index ", d, ". expected ", c.strides[d], ", actual ",
+                          now.strides[d]);
+    }
+  }
+  if (now.storage_offset != c.storage_offset) {
+    return absl::StrCat(what, "storage offset mismatch. expected ", c.storage_offset, ", actual ",
+                        now.storage_offset);
+  }
+  return "";
+}
+
+std::string ArgName(int i, const std::vector<std::string>& names) {
+  return i >= 0 && i < static_cast<int>(names.size()) ? names[i] : absl::StrCat("arg", i);
+}
+
+// The first argument whose identity differs from what a kArgIdentity guard expects, as a reason
+// text, or "" if there is none.
+std::string IdentityDifference(const Guard& g, const std::vector<c10::IValue>& args,
+                               const std::vector<std::string>& names) {
+  const std::vector<int32_t> now = IdentityOf(args);
+  for (size_t i = 0; i < g.same_as.size(); ++i) {
+    const int32_t want = g.same_as[i];
+    const int32_t got = i < now.size() ? now[i] : -1;
+    if (want < 0 || want == got) continue;
+    auto text = [&](int32_t s) {
+      if (s < 0) return std::string("not a tensor");
+      if (s == static_cast<int32_t>(i)) return std::string("a distinct tensor");
+      return absl::StrCat("the same tensor as '", ArgName(s, names), "'");
+    };
+    return absl::StrCat("tensor '", ArgName(static_cast<int>(i), names), "' identity mismatch. expected ", text(want),
+                        ", actual ", text(got));
+  }
+  return "";
+}
+
+std::string CapturedText(const CapturedTensor& c) {
+  std::string text = absl::StrCat(c.name, " (captured): ", c10::toString(c.dtype));
+  if (c.plain) {
+    absl::StrAppend(&text, "[", absl::StrJoin(c.sizes, ", "), "] strides [", absl::StrJoin(c.strides, ", "),
+                    "] offset ", c.storage_offset);
+  }
+  absl::StrAppend(&text, " on ", c.device.str(), ", requires_grad ", c.requires_grad ? "true" : "false");
+  return text;
+}
+
+std::string IdentityText(const Guard& g, const std::vector<std::string>& names) {
+  std::vector<std::string> distinct, same;
+  for (size_t i = 0; i < g.same_as.size(); ++i) {
+    const int32_t s = g.same_as[i];
+    if (s < 0) continue;
+    if (s == static_cast<int32_t>(i)) {
+      distinct.push_back(ArgName(static_cast<int>(i), names));
+    } else {
+      same.push_back(absl::StrCat(ArgName(static_cast<int>(i), names), " is ", ArgName(s, names)));
+    }
+  }
+  std::string text = absl::StrCat("distinct tensors: ", absl::StrJoin(distinct, ", "));
+  if (!same.empty()) absl::StrAppend(&text, "; ", absl::StrJoin(same, ", "));
+  return text;
+}
+
+}  // namespace
 
 bool SameDouble(double a, double b) {
   if (std::isnan(a) && std::isnan(b)) return true;
@@ -188,6 +318,8 @@ std::string RelationText(const Guard& g, const std::vector<std::string>& names) 
 }  // namespace
 
 bool Holds(const Guard& g, const std::vector<c10::IValue>& args) {
+  if (g.kind == GuardKind::kArgIdentity) return IdentityDifference(g, args, {}).empty();
+  if (g.kind == GuardKind::kCapturedTensor) return CapturedDifference(*g.captured).empty();
   if (g.kind == GuardKind::kSizeRelation) {
     const std::vector<int64_t> v = SymbolValues(g, args);
     for (int64_t x : v) {
@@ -236,6 +368,8 @@ std::string Describe(const Guard& g, const std::vector<std::string>& names) {
     case GuardKind::kAliasing:
       return absl::StrCat(g.expected ? "shares_storage(" : "!shares_storage(", name(g.arg), ", ",
                           name(g.other_arg), ")");
+    case GuardKind::kArgIdentity: return IdentityText(g, names);
+    case GuardKind::kCapturedTensor: return CapturedText(*g.captured);
   }
   return "?";
 }
@@ -321,6 +455,8 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
       return absl::StrCat(tensor, "aliasing mismatch with '", name(g.other_arg), "'. expected ",
                           g.expected ? "shared" : "distinct", " storage, actual ",
                           actual ? "shared" : "distinct", " storage");
+    case GuardKind::kArgIdentity: return IdentityDifference(g, args, names);
+    case GuardKind::kCapturedTensor: return CapturedDifference(*g.captured);
   }
   return "?";
 }

@@ -5,6 +5,7 @@
 #define WARDEN_GUARDS_GUARD_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ namespace warden::guards {
   X(kIntValue, "int_value")                                                \
   X(kDoubleValue, "double_value")                                          \
   X(kBoolValue, "bool_value")                                              \
-  X(kAliasing, "aliasing")
+  X(kAliasing, "aliasing")                                                \
+  X(kArgIdentity, "arg_identity")   /* Note [Argument identity] */          \
+  X(kCapturedTensor, "captured_tensor") /* Note [Captured tensors] */
 
 enum class GuardKind : uint8_t {
 #define WARDEN_X(name, text) name,
@@ -56,6 +59,24 @@ enum class ArgType : uint8_t { kTensor, kUndefinedTensor, kInt, kDouble, kBool, 
 const char* ArgTypeName(ArgType t);
 ArgType ArgTypeOf(const c10::IValue& v);
 
+// What a kCapturedTensor guard holds: a tensor the function captured (a plain tensor an op of the
+// graph read), as it was when the trace first saw it. Note [Captured tensors].
+struct CapturedTensor {
+  at::Tensor tensor;     // the captured tensor itself (the entry's graph holds it as well)
+  std::string name;      // its name in the graph, "%c0"
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  uint64_t keys = 0;     // DispatchKeySet::raw_repr()
+  bool requires_grad = false;
+  // A plain TensorImpl (not a subclass, so reading its sizes cannot throw): sizes, strides and the
+  // storage offset are guarded too.
+  bool plain = false;
+  std::vector<int64_t> sizes, strides;
+  int64_t storage_offset = 0;
+
+  static CapturedTensor Of(const at::Tensor& t, std::string name);
+};
+
 struct Guard {
   GuardKind kind;
   int arg = -1;        // argument index (-1 for global state)
@@ -68,7 +89,15 @@ struct Guard {
   // args[symbols[k].first].size(symbols[k].second).
   tracer::SymExpr lhs, rhs;
   std::vector<std::pair<int, int>> symbols;
+  // kArgIdentity: per argument, the first argument that is the same tensor object (itself when
+  // none is), or -1 for arguments that are not defined tensors.
+  std::vector<int32_t> same_as;
+  // kCapturedTensor.
+  std::shared_ptr<const CapturedTensor> captured;
 };
+
+// The identity partition of the tensor arguments of `args`, as kArgIdentity's same_as.
+std::vector<int32_t> IdentityOf(const std::vector<c10::IValue>& args);
 
 // The values of a relation guard's symbols on `args` (sizes; -1 where unreadable).
 std::vector<int64_t> SymbolValues(const Guard& g, const std::vector<c10::IValue>& args);

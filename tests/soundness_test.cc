@@ -223,6 +223,69 @@ TEST_P(Soundness, RequiresGradReadOnAnIntermediateMatchesEager) {
   ExpectClose(f({x})[0].detach(), fn({x})[0].detach(), "branch on requires_grad (hit)");
 }
 
+// An argument outlives the call: requires_grad_() on it is replayed even when nothing reads it
+// afterwards (found by the pattern fuzzer).
+TEST_P(Soundness, RequiresGradOnAnArgumentNothingReadsAfterwards) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    at::Tensor y = x * 2;
+    x.requires_grad_(true);
+    return {y};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    at::Tensor x = torch::ones({3});
+    const auto out = f({x});
+    EXPECT_TRUE(x.requires_grad()) << "call " << call;
+    EXPECT_FALSE(out[0].requires_grad()) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
+// `to` a dtype the tensor has returns the tensor itself: the two names are one tensor, so
+// requires_grad_() through one is seen through the other (found by the pattern fuzzer).
+TEST_P(Soundness, OpReturningItsInputIsOneTensor) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor() * 2;
+    at::Tensor y = x.to(torch::kDouble);
+    y.requires_grad_(true);
+    return {x, y * 3, torch::scalar_tensor(static_cast<double>(x.is_same(y)))};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::ones({3}, torch::kDouble);
+    const auto out = f({x});
+    const auto want = fn({x});
+    EXPECT_TRUE(out[0].requires_grad()) << "call " << call;
+    EXPECT_TRUE(out[1].requires_grad()) << "call " << call;
+    ExpectClose(out[1].detach(), want[1].detach(), "y * 3");
+    ExpectClose(out[2], want[2], "x.is_same(y)");
+  }
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
+// requires_grad_() on an inference tensor is only allowed inside InferenceMode: replayed there,
+// although the trace notices the flag after the scope ended (found by the pattern fuzzer).
+TEST_P(Soundness, RequiresGradInsideInferenceMode) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor y;
+    {
+      c10::InferenceMode guard;
+      y = a[0].toTensor() * 2;
+      y.requires_grad_(true);
+    }
+    return {y};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const auto out = f({torch::ones({3})});
+    EXPECT_TRUE(out[0].is_inference()) << "call " << call;
+    EXPECT_TRUE(out[0].requires_grad()) << "call " << call;
+    ExpectClose(out[0].detach(), torch::full({3}, 2.0), "y");
+  }
+  EXPECT_EQ(f.stats().cache_hits, 2);
+}
+
 TEST_P(Soundness, AutogradGradInsideTheFunction) {
   // A sampler's logp and dlogp in one function.
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {

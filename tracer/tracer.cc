@@ -15,12 +15,14 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 
 #include <ATen/core/stack.h>
 #include <ATen/record_function.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
@@ -545,6 +547,10 @@ void CheckAutograd(TraceState& st, const at::Tensor& t) {
     TraceState& st;
     ~Done() { st.syncing = false; }
   } done{st};
+  // The flag of an inference tensor can only have been set inside InferenceMode, which may have
+  // ended since: replay it there (the node records the mode, Note [Thread modes]).
+  std::optional<c10::InferenceMode> inference;
+  if (real.is_inference() && !c10::InferenceMode::is_enabled()) inference.emplace(true);
   const_cast<at::Tensor&>(t).__dispatch_requires_grad_(t.requires_grad());
 }
 
@@ -700,6 +706,7 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<ValueId> tensor_inputs;
   std::vector<at::Tensor> real_inputs;
   std::vector<WrapperImpl*> written_wrappers(num_args, nullptr);
+  std::vector<WrapperImpl*> input_wrappers;  // of this trace, in argument order
   auto args = torch::jit::last(*stack, num_args);
   node.args.resize(num_args);
   for (size_t i = 0; i < num_args; ++i) {
@@ -707,6 +714,10 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto* alias = schema.arguments()[i].alias_info();
     if (alias != nullptr && alias->isWrite() && iv.isTensor()) {
       written_wrappers[i] = AsWrapper(iv.toTensor());
+    }
+    if (iv.isTensor()) {
+      WrapperImpl* w = AsWrapper(iv.toTensor());
+      if (w != nullptr && w->live_state() == st) input_wrappers.push_back(w);
     }
     RecordArg(*st, iv, node.args[i], tensor_inputs, real_inputs);
   }
@@ -757,6 +768,13 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
             reuse = written_wrappers[i];
           }
         }
+      }
+      // An op that hands back its input itself (`to` a dtype the tensor has, `contiguous` of a
+      // contiguous one): eager returns the same object, so the user holds one tensor under two
+      // names. Keep one wrapper too, moved to the result like an in-place op's (a second wrapper
+      // would let requires_grad_() or InferenceMode on one name miss the other).
+      for (size_t i = 0; reuse == nullptr && i < input_wrappers.size(); ++i) {
+        if (input_wrappers[i]->real().unsafeGetTensorImpl() == real.unsafeGetTensorImpl()) reuse = input_wrappers[i];
       }
       if (reuse != nullptr) {
         reuse->set_id(id);
@@ -876,6 +894,15 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
                                  "escape the traced function"));
       }
       g.arg_kinds.push_back(ArgKind::kTensor);
+      // The same tensor passed again: the same traced tensor, so identity inside the trace is what
+      // eager sees; the graph reads the first occurrence (Note [Argument identity] in guards/).
+      size_t first = 0;
+      while (first < i && !(args[first].isTensor() && args[first].toTensor().is_same(a.toTensor()))) ++first;
+      if (first < i) {
+        traced_args.push_back(traced_args[first]);
+        g.arg_values.push_back(kNoValue);
+        continue;
+      }
       Value v;
       v.kind = ValueKind::kInput;
       v.arg_index = static_cast<int>(i);
@@ -944,6 +971,11 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
     try {
       for (const at::Tensor& t : outs) {
         if (t.defined()) CheckAutograd(*state, t);
+      }
+      // The arguments outlive the call: a requires_grad_() on one that nothing read afterwards
+      // must be replayed too.
+      for (const c10::IValue& a : traced_args) {
+        if (a.isTensor() && a.toTensor().defined()) CheckAutograd(*state, a.toTensor());
       }
     } catch (const AbortTrace&) {
       return abandoned();

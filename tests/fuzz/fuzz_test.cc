@@ -100,9 +100,7 @@ TEST_F(FuzzTest, CppBackendAgreesWithEager) { Report(FuzzBackend("cpp", 5000, 25
 // Programs with the patterns forced (Note [Patterns] in program.cc): mode regions, requires_grad_
 // on intermediates, custom autograd Functions, aliased arguments, a watched model; 40 per backend,
 // eight of each pattern (~10 s here: many run eagerly, a custom Function or is_alias_of).
-// Disabled until argument-identity guards land (fuzzer bug 1: the same tensor passed twice); it
-// fails on seeds 9001, 9008, 9014, 9018. Run with --gtest_also_run_disabled_tests.
-TEST_F(FuzzTest, DISABLED_PatternsAgreeWithEager) {
+TEST_F(FuzzTest, PatternsAgreeWithEager) {
   Report(FuzzBackend("aten", 9000, 40, 40, /*force_patterns=*/true));
   Report(FuzzBackend("cpp", 9000, 40, 60, /*force_patterns=*/true));
 }

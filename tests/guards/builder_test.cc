@@ -270,7 +270,28 @@ TEST(BuildGuards, NoAliasingGuardsWithoutMutation) {
   const at::Tensor t = torch::zeros({3});
   Built b = Build(fn, {t, torch::zeros({3})});
   EXPECT_TRUE(All(b.guards, GuardKind::kAliasing).empty()) << Dump(b);
-  EXPECT_TRUE(GuardProgram(b.guards).Check({t, t})) << "aliasing does not matter here";
+  EXPECT_TRUE(GuardProgram(b.guards).Check({t, t.view({3})})) << "storage sharing does not matter here";
+  // Identity does (Note [Argument identity]): C++ code may have compared the two.
+  EXPECT_FALSE(GuardProgram(b.guards).Check({t, t})) << Dump(b);
+  ASSERT_EQ(All(b.guards, GuardKind::kArgIdentity).size(), 1u) << Dump(b);
+}
+
+TEST(BuildGuards, CapturedTensorsAreGuardedAsTheTraceFirstSawThem) {
+  at::Tensor w = torch::ones({2, 3});
+  auto fn = [&](const Args& a) -> std::vector<at::Tensor> {
+    at::Tensor y = a[0].toTensor() * w;
+    w.resize_({4});  // after the graph read it: the guard keeps the metadata it was read with
+    return {y};
+  };
+  Built b = Build(fn, {torch::ones({2, 3})});
+  const std::vector<const Guard*> captured = All(b.guards, GuardKind::kCapturedTensor);
+  ASSERT_EQ(captured.size(), 1u) << Dump(b);
+  EXPECT_EQ(captured[0]->captured->sizes, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(Describe(*captured[0], {}), "%c0 (captured): Float[2, 3] strides [3, 1] offset 0 on cpu, requires_grad false");
+  EXPECT_FALSE(GuardProgram(b.guards).Check({torch::ones({2, 3})})) << "w is [4] now";
+  w.resize_({2, 3});
+  EXPECT_TRUE(GuardProgram(b.guards).Check({torch::ones({2, 3})}));
+  EXPECT_TRUE(All(b.guards, GuardKind::kArgIdentity).empty()) << "one tensor argument: nothing to compare";
 }
 
 TEST(BuildGuards, MutatedArgumentIsGuardedAgainstAliasingWithUsedTensors) {

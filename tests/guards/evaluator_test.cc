@@ -4,6 +4,7 @@
 #include "guards/evaluator.h"
 
 #include <cmath>
+#include <functional>
 
 #include <c10/core/DefaultDtype.h>
 #include <gmock/gmock.h>
@@ -134,6 +135,95 @@ TEST(GuardProgram, AgreesWithHoldsForAliasing) {
   ExpectAgreement({"aliasing distinct", distinct, {{a, b}, {a, a.clone()}}, {{a, a}, {a, a.select(0, 1)}}});
   ExpectAgreement({"aliasing shared", shared, {{a, a}, {a, a.t()}, {a.select(0, 0), a.select(0, 1)}},
                    {{a, b}}});
+}
+
+// Identity over n tensor arguments (and one int between them): the pairwise path up to 16, the
+// sorted path beyond, the same answer as Holds() either way.
+TEST(GuardProgram, AgreesWithHoldsForArgumentIdentity) {
+  for (int n : {4, 16, 17, 40, 600}) {
+    SCOPED_TRACE(n);
+    Args distinct;
+    for (int i = 0; i < n; ++i) distinct.push_back(torch::zeros({1}));
+    distinct.insert(distinct.begin() + 1, c10::IValue(int64_t{7}));
+    std::vector<Guard> types = {Count(static_cast<int>(distinct.size()))};
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      types.push_back(Type(static_cast<int>(i), i == 1 ? ArgType::kInt : ArgType::kTensor));
+    }
+    Args repeated = distinct, other = distinct, all_same = distinct;
+    repeated.back() = repeated[0];
+    repeated[2] = repeated[0];
+    other.back() = other[3];
+    for (size_t i = 0; i < all_same.size(); ++i) {
+      if (i != 1) all_same[i] = distinct[0];
+    }
+    auto with = [&](const Args& traced) {
+      std::vector<Guard> g = types;
+      Guard id = Make(GuardKind::kArgIdentity);
+      id.same_as = IdentityOf(traced);
+      g.push_back(id);
+      return g;
+    };
+    ExpectAgreement({"distinct", with(distinct), {distinct}, {repeated, other, all_same}});
+    ExpectAgreement({"repeated", with(repeated), {repeated}, {distinct, other, all_same}});
+    ExpectAgreement({"all same", with(all_same), {all_same}, {distinct, repeated, other}});
+  }
+}
+
+TEST(GuardProgram, ArgumentIdentityTexts) {
+  const at::Tensor a = torch::zeros({1}), b = torch::zeros({1});
+  Guard id = Make(GuardKind::kArgIdentity);
+  id.same_as = IdentityOf({a, c10::IValue(1.5), a, b});
+  EXPECT_EQ(id.same_as, (std::vector<int32_t>{0, -1, 0, 3}));
+  const std::vector<std::string> names = {"x", "s", "y", "z"};
+  EXPECT_EQ(Describe(id, names), "distinct tensors: x, z; y is x");
+  EXPECT_EQ(FailureReason(id, {a, c10::IValue(1.5), a, b}, names), "");
+  EXPECT_EQ(FailureReason(id, {a, c10::IValue(1.5), b, b}, names),
+            "tensor 'y' identity mismatch. expected the same tensor as 'x', actual a distinct tensor");
+  EXPECT_EQ(FailureReason(id, {a, c10::IValue(1.5), a, a}, names),
+            "tensor 'z' identity mismatch. expected a distinct tensor, actual the same tensor as 'x'");
+}
+
+Guard CapturedGuard(const at::Tensor& t) {
+  Guard g = Make(GuardKind::kCapturedTensor);
+  g.captured = std::make_shared<const CapturedTensor>(CapturedTensor::Of(t, "%c0"));
+  return g;
+}
+
+TEST(GuardProgram, CapturedTensorMetadata) {
+  struct Change {
+    std::string name;
+    std::function<void(at::Tensor&)> apply;
+    std::string reason;
+  };
+  const std::vector<Change> changes = {
+      {"resize", [](at::Tensor& t) { t.resize_({2, 4}); }, "captured tensor %c0 size mismatch at index 1. expected 3, actual 4"},
+      {"rank", [](at::Tensor& t) { t.resize_({6}); }, "captured tensor %c0 rank mismatch. expected 2, actual 1"},
+      {"transpose", [](at::Tensor& t) { t.t_(); }, "captured tensor %c0 size mismatch at index 0. expected 2, actual 3"},
+      {"strides", [](at::Tensor& t) { t.set_(t.storage(), 0, {2, 3}, {1, 2}); },
+       "captured tensor %c0 stride mismatch at index 0. expected 3, actual 1"},
+      {"offset", [](at::Tensor& t) { t.set_(t.storage(), 1, {2, 3}, {3, 1}); },
+       "captured tensor %c0 storage offset mismatch. expected 0, actual 1"},
+      {"dtype", [](at::Tensor& t) { t.set_data(t.to(at::kDouble)); }, "captured tensor %c0 dtype mismatch. expected Float, actual Double"},
+      {"requires_grad", [](at::Tensor& t) { t.requires_grad_(true); },
+       "captured tensor %c0 requires_grad mismatch. expected false, actual true"},
+  };
+  for (const Change& c : changes) {
+    SCOPED_TRACE(c.name);
+    at::Tensor t = torch::zeros({2, 3}, at::kFloat);
+    const Guard g = CapturedGuard(t);
+    const GuardProgram program({g});
+    const HitCheck hit({g});
+    EXPECT_TRUE(program.Check(Args{}));
+    EXPECT_TRUE(hit.Check(Args{}));
+    EXPECT_EQ(program.FirstFailure({}, {}), "");
+    c.apply(t);
+    EXPECT_FALSE(program.Check(Args{}));
+    EXPECT_FALSE(hit.Check(Args{}));
+    EXPECT_EQ(program.FirstFailure({}, {}), c.reason);
+  }
+  const at::Tensor s = torch::ones({}, at::kLong);
+  EXPECT_EQ(Describe(CapturedGuard(s), {}), "%c0 (captured): Long[] strides [] offset 0 on cpu, requires_grad false");
+  EXPECT_TRUE(GuardProgram({CapturedGuard(s)}).Check(Args{}));
 }
 
 TEST(GuardProgram, AgreesWithHoldsForSizeRelations) {
