@@ -286,6 +286,129 @@ TEST_P(Soundness, RequiresGradInsideInferenceMode) {
   EXPECT_EQ(f.stats().cache_hits, 2);
 }
 
+// A view made under NoGradGuard of a tensor that requires grad requires grad through its base
+// while its own flag is off; requires_grad_() on it makes it a leaf that gets a gradient (found by
+// the pattern fuzzer: the flag was compared through requires_grad(), which hid the call).
+TEST_P(Soundness, RequiresGradOnAViewMadeUnderNoGrad) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor y = a[0].toTensor() * 2;
+    at::Tensor v;
+    {
+      torch::NoGradGuard no_grad;
+      v = y.select(0, 1);
+      v.requires_grad_(true);
+    }
+    return {v};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::ones({3, 2}).requires_grad_();
+    const auto out = f({x});
+    const auto want = fn({x});
+    EXPECT_EQ(out[0].is_leaf(), want[0].is_leaf()) << "call " << call;
+    out[0].sum().backward();
+    want[0].sum().backward();
+    ASSERT_TRUE(out[0].grad().defined()) << "call " << call;
+    ExpectClose(out[0].grad(), want[0].grad(), "grad of the view");
+  }
+}
+
+// Writing a view under NoGradGuard, then reading it there: eager never asks for the view's history
+// (which would raise), and the tracer must not either (found by the pattern fuzzer).
+TEST_P(Soundness, InPlaceOnAViewUnderNoGradOfALeafThatRequiresGrad) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    at::Tensor w;
+    {
+      torch::NoGradGuard no_grad;
+      at::Tensor v = x.view({-1});
+      v.add_(1);
+      w = v.log_softmax(0);
+    }
+    return {w, x * 2};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::zeros({4}).requires_grad_(), x_eager = torch::zeros({4}).requires_grad_();
+    const auto out = f({x});
+    const auto want = fn({x_eager});
+    ExpectClose(out[0], want[0], "log_softmax");
+    ExpectClose(out[1].detach(), want[1].detach(), "x * 2");
+    EXPECT_TRUE(torch::equal(x.detach(), x_eager.detach())) << "call " << call;
+  }
+}
+
+// A wrapper is an inference tensor exactly when its real tensor is: requires_grad_(true) on an
+// inference tensor outside InferenceMode raises in the function, as in eager (found by the pattern
+// fuzzer: the trace's wrapper was a normal tensor, so the call returned).
+TEST_P(Soundness, RequiresGradOnAnInferenceTensorOutsideInferenceModeRaises) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor y;
+    {
+      c10::InferenceMode guard;
+      y = a[0].toTensor() * 2;
+    }
+    EXPECT_TRUE(y.is_inference());
+    y.requires_grad_(true);
+    return {y};
+  };
+  auto f = warden::compile(fn, Opts());
+  const at::Tensor x = torch::ones({3});
+  EXPECT_THROW(fn({x}), c10::Error);
+  for (int call = 0; call < 2; ++call) {
+    try {
+      f({x});
+      ADD_FAILURE() << "call " << call << " returned; eager raises";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), HasSubstr("Setting requires_grad=True on inference tensor outside InferenceMode"));
+    }
+  }
+}
+
+// In-place writes inside InferenceMode to a normal argument and to a view of it made there
+// (found by the pattern fuzzer: Warden raised "A view was created in inference mode ...").
+TEST_P(Soundness, InPlaceOnAViewMadeInInferenceMode) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    at::Tensor s;
+    {
+      c10::InferenceMode guard;
+      s = x.sum();
+      x.add_(0.5);
+      at::Tensor t = x.transpose(0, 1);
+      t.add_(t);
+    }
+    return {s, x * 3};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::ones({2, 3}), x_eager = torch::ones({2, 3});
+    const auto out = f({x});
+    const auto want = fn({x_eager});
+    ExpectClose(out[0], want[0], "sum");
+    ExpectClose(out[1], want[1], "x * 3");
+    EXPECT_TRUE(torch::equal(x, x_eager)) << "call " << call;
+  }
+}
+
+// requires_grad_() on an argument reaches another argument that is a view of it before the next
+// op, not when the first is next used (found by the pattern fuzzer).
+TEST_P(Soundness, RequiresGradOnAnArgumentAnotherArgumentViews) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    x.requires_grad_(true);
+    return {a[1].toTensor().abs(), x};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::ones({3}), x_eager = torch::ones({3});
+    const auto out = f({x, x.view({3})});
+    const auto want = fn({x_eager, x_eager.view({3})});
+    EXPECT_TRUE(want[0].requires_grad());
+    EXPECT_EQ(out[0].requires_grad(), want[0].requires_grad()) << "call " << call;
+  }
+}
+
 TEST_P(Soundness, AutogradGradInsideTheFunction) {
   // A sampler's logp and dlogp in one function.
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {

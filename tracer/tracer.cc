@@ -58,6 +58,7 @@ struct TraceState {
   bool backward_seen = false;
   std::string abort_reason;      // non-empty: the trace is abandoned; the call re-runs eagerly
   bool syncing = false;          // replaying a requires_grad_ the function made on a wrapper
+  std::vector<at::Tensor> arg_wrappers;  // the wrappers of the tensor arguments
   bool verification = false;     // Trace(..., verification): no observable effect may run
   std::vector<std::shared_ptr<torch::autograd::Node>> keep_alive;  // accumulators shared with wrappers
 
@@ -85,6 +86,10 @@ class WrapperImpl final : public c10::TensorImpl {
         real_(std::move(real)),
         trace_id_(trace_id),
         id_(id) {
+    // TensorImpl's constructor derives the autograd keys from the current InferenceMode; a wrapper
+    // must be an inference tensor exactly when its real tensor is (is_inference(), and the checks
+    // requires_grad_() and in-place ops make on it, read the key set).
+    key_set_ = real_.key_set() | c10::DispatchKeySet(kTraceKey);
     set_sizes_and_strides(real_.sizes(), real_.strides());
     set_storage_access_should_throw();
     set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
@@ -209,6 +214,16 @@ class WrapperMeta final : public torch::autograd::AutogradMeta {
   const at::Tensor& grad() const override {
     AbandonForGradAccess(*owner_, /*write=*/false);
     return grad_;
+  }
+  // A view of a tensor that requires grad made under NoGradGuard requires grad through its base
+  // while its own flag (the one requires_grad_() sets, and MirrorAutograd mirrors) is off; the
+  // wrapper answers as its real tensor does.
+  bool requires_grad() const override {
+    return requires_grad_ || grad_fn_ || BaseRequiresGrad(owner_->real());
+  }
+  static bool BaseRequiresGrad(const at::Tensor& real) {
+    const torch::autograd::DifferentiableViewMeta* view = torch::autograd::impl::get_view_autograd_meta(real);
+    return view != nullptr && view->has_bw_view() && view->get_backward_view().base_.requires_grad();
   }
 
  private:
@@ -458,7 +473,14 @@ bool IsRawDataAccess(const c10::Error& e) {
 //     replay of the recorded inner ops would not run, so the trace is abandoned and the function
 //     runs eagerly (reported);
 //   - requires_grad_() on a wrapper (TensorBase::requires_grad_ is not an op) is seen as a leaf
-//     whose flag differs from its real tensor's, and replayed as the op aten::requires_grad_;
+//     whose own flag (AutogradMeta::requires_grad_, not requires_grad(), which also counts a
+//     view's base) differs from its real tensor's, and replayed as the op aten::requires_grad_
+//     (under InferenceMode for an inference tensor). The argument wrappers are compared before
+//     every op and at the end, since views of an argument and the caller see its flag; other
+//     wrappers when an op reads them or the function returns them;
+//   - a wrapper is an inference tensor exactly when its real tensor is, and an op that returns
+//     its input itself hands back the input's wrapper, so the checks autograd makes on them
+//     (requires_grad_ on an inference tensor, in-place writes) are eager's;
 //   - a backward pass inside the trace (a RecordFunction callback sees autograd's engine run a
 //     node on this thread) is not captured: the trace is abandoned and the call re-runs eagerly,
 //     or, when an argument or captured tensor was already written (a re-run would write it twice),
@@ -467,18 +489,41 @@ struct AbortTrace : std::exception {
   const char* what() const noexcept override { return "warden: trace abandoned (the call re-runs eagerly)"; }
 };
 
+// The real tensor's grad_fn as Warden reads it. Reading grad_fn() of a view whose base was
+// written in place since regenerates its history, and raises for a view made under NoGradGuard or
+// InferenceMode; eager raises that only if the user reads it, so the tracer's own reads must not:
+// they fall back to the node the tensor holds.
+std::shared_ptr<torch::autograd::Node> RealGradFn(const at::Tensor& real) {
+  try {
+    return real.grad_fn();
+  } catch (const c10::Error&) {
+    const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(real);
+    return meta != nullptr ? meta->grad_fn_ : nullptr;
+  }
+}
+
+// The flag requires_grad_() sets (requires_grad() also counts history and a view's base).
+bool OwnRequiresGrad(const at::Tensor& t) {
+  const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(t);
+  return meta != nullptr && meta->requires_grad_;
+}
+
 // Gives the wrapper `t` (over real tensor `w->real()`) its real tensor's autograd state.
 void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   const at::Tensor& real = w->real();
   if (!real.requires_grad()) return;
-  const std::shared_ptr<torch::autograd::Node>& fn = real.grad_fn();
+  const std::shared_ptr<torch::autograd::Node> fn = RealGradFn(real);
   if (fn != nullptr) {
-    if (t.is_leaf() && t.requires_grad()) w->set_requires_grad(false);  // a leaf that gained history
+    if (OwnRequiresGrad(t)) torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = false;  // gained history
     torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
     w->set_mirrored(fn.get());
     return;
   }
-  if (!t.requires_grad()) w->set_requires_grad(true);
+  // A leaf: its own flag, written directly (the user's requires_grad_() calls on the wrapper are
+  // what CheckAutograd compares with it).
+  const bool flag = OwnRequiresGrad(real);
+  torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = flag;
+  if (!flag) return;
   std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(real);
   if (acc == nullptr) return;
   torch::autograd::impl::get_autograd_meta(t)->grad_accumulator_ = acc;
@@ -533,14 +578,14 @@ void CheckAutograd(TraceState& st, const at::Tensor& t) {
               /*can_continue=*/false);
       return;
     }
-    if (real.grad_fn().get() != fn.get()) MirrorAutograd(st, w, t);  // history rebased in place
+    if (RealGradFn(real).get() != fn.get()) MirrorAutograd(st, w, t);  // history rebased in place
     return;
   }
-  if (t.requires_grad() == real.requires_grad()) return;
-  if (real.grad_fn() != nullptr) {  // the real tensor gained history after it was wrapped
+  if (RealGradFn(real) != nullptr) {  // the real tensor gained history after it was wrapped
     MirrorAutograd(st, w, t);
     return;
   }
+  if (OwnRequiresGrad(t) == OwnRequiresGrad(real)) return;
   // requires_grad_() on a leaf: replay it as the op, so the cached graph does it too.
   st.syncing = true;
   struct Done {
@@ -551,11 +596,15 @@ void CheckAutograd(TraceState& st, const at::Tensor& t) {
   // ended since: replay it there (the node records the mode, Note [Thread modes]).
   std::optional<c10::InferenceMode> inference;
   if (real.is_inference() && !c10::InferenceMode::is_enabled()) inference.emplace(true);
-  const_cast<at::Tensor&>(t).__dispatch_requires_grad_(t.requires_grad());
+  const_cast<at::Tensor&>(t).__dispatch_requires_grad_(OwnRequiresGrad(t));
 }
 
 void CheckAutogradOfStack(TraceState& st, const torch::jit::Stack& stack, size_t num_args) {
   if (st.syncing) return;
+  // The arguments first, whatever the op reads: requires_grad_() on an argument reaches the views
+  // other arguments are of it (a view requires grad through its base), so it is replayed before
+  // the next op, not when the argument is next used.
+  for (const at::Tensor& t : st.arg_wrappers) CheckAutograd(st, t);
   for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
     const c10::IValue& iv = stack[i];
     if (iv.isTensor()) {
@@ -909,6 +958,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       v.meta = TensorMeta::Of(a.toTensor());
       vid = g.AddValue(std::move(v));
       traced_args.push_back(Wrap(a.toTensor(), state.get(), vid));
+      state->arg_wrappers.push_back(traced_args.back().toTensor());
       MirrorAutograd(*state, AsWrapper(traced_args.back().toTensor()), traced_args.back().toTensor());
     } else {
       if (a.isTensor()) {
