@@ -365,29 +365,30 @@ TEST_P(Soundness, RequiresGradOnAnInferenceTensorOutsideInferenceModeRaises) {
   }
 }
 
-// In-place writes inside InferenceMode to a normal argument and to a view of it made there
-// (found by the pattern fuzzer: Warden raised "A view was created in inference mode ...").
+// In-place writes inside InferenceMode to an argument that requires grad and to a view of it made
+// there, the argument passed twice (found by the pattern fuzzer: Warden raised "A view was created
+// in inference mode ..." where eager returned).
 TEST_P(Soundness, InPlaceOnAViewMadeInInferenceMode) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
-    at::Tensor x = a[0].toTensor();
+    const at::Tensor x = a[0].toTensor(), y = a[1].toTensor();
     at::Tensor s;
     {
       c10::InferenceMode guard;
-      s = x.sum();
-      x.add_(0.5);
-      at::Tensor t = x.transpose(0, 1);
+      s = y.matmul(y.t()).sum();
+      y.add_(0.5);
+      at::Tensor t = y.transpose(0, 1);
       t.add_(t);
     }
-    return {s, x * 3};
+    return {s, x.is_same(y) ? x * 3 : x + y};
   };
   auto f = warden::compile(fn, Opts());
   for (int call = 0; call < 3; ++call) {
-    const at::Tensor x = torch::ones({2, 3}), x_eager = torch::ones({2, 3});
-    const auto out = f({x});
-    const auto want = fn({x_eager});
+    const at::Tensor x = torch::ones({2, 3}).requires_grad_(), x_eager = torch::ones({2, 3}).requires_grad_();
+    const auto out = f({x, x});
+    const auto want = fn({x_eager, x_eager});
     ExpectClose(out[0], want[0], "sum");
-    ExpectClose(out[1], want[1], "x * 3");
-    EXPECT_TRUE(torch::equal(x, x_eager)) << "call " << call;
+    ExpectClose(out[1].detach(), want[1].detach(), "x * 3");
+    EXPECT_TRUE(torch::equal(x.detach(), x_eager.detach())) << "call " << call;
   }
 }
 
@@ -406,6 +407,29 @@ TEST_P(Soundness, RequiresGradOnAnArgumentAnotherArgumentViews) {
     const auto want = fn({x_eager, x_eager.view({3})});
     EXPECT_TRUE(want[0].requires_grad());
     EXPECT_EQ(out[0].requires_grad(), want[0].requires_grad()) << "call " << call;
+  }
+}
+
+// Warden's own looks at autograd state must leave none behind: reading grad_fn() of a view whose
+// base was written would regenerate its history and make the caller's view a non-leaf, which eager
+// does not (found by the pattern fuzzer).
+TEST_P(Soundness, TracingLeavesAViewArgumentALeaf) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor(), v = a[1].toTensor();
+    at::Tensor s = v + x;
+    v.add_(1.5);
+    x.requires_grad_(true);
+    return {x, s};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::ones({2}), x_eager = torch::ones({2});
+    const at::Tensor v = x.view({2}), v_eager = x_eager.view({2});
+    const auto out = f({x, v});
+    const auto want = fn({x_eager, v_eager});
+    EXPECT_TRUE(v_eager.requires_grad());
+    EXPECT_EQ(v.is_leaf(), v_eager.is_leaf()) << "call " << call;
+    ExpectClose(out[1], want[1], "v + x");
   }
 }
 

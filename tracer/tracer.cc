@@ -489,17 +489,14 @@ struct AbortTrace : std::exception {
   const char* what() const noexcept override { return "warden: trace abandoned (the call re-runs eagerly)"; }
 };
 
-// The real tensor's grad_fn as Warden reads it. Reading grad_fn() of a view whose base was
-// written in place since regenerates its history, and raises for a view made under NoGradGuard or
-// InferenceMode; eager raises that only if the user reads it, so the tracer's own reads must not:
-// they fall back to the node the tensor holds.
+// The real tensor's grad_fn as Warden reads it: the node the tensor holds. grad_fn() itself would
+// regenerate a view's history when its base was written in place since (raising for a view made
+// under NoGradGuard or InferenceMode), a side effect eager has only where autograd or the user
+// asks for it: the real ops of the trace do ask exactly where eager's would, and is_leaf() of the
+// caller's tensors must not change because Warden looked.
 std::shared_ptr<torch::autograd::Node> RealGradFn(const at::Tensor& real) {
-  try {
-    return real.grad_fn();
-  } catch (const c10::Error&) {
-    const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(real);
-    return meta != nullptr ? meta->grad_fn_ : nullptr;
-  }
+  const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(real);
+  return meta != nullptr ? meta->grad_fn_ : nullptr;
 }
 
 // The flag requires_grad_() sets (requires_grad() also counts history and a view's base).
