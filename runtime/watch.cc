@@ -10,16 +10,20 @@
 // accessors), without a branch per flag, so a watched model of 50 submodules costs about one load
 // per submodule on a hit (bench/watch_bench).
 //
-// What is not guarded, and why. Parameters and buffers are tensors the trace captures: their
-// metadata and identity are guarded as every captured tensor's (guards/builder.cc), and in-place
-// changes (optimizer steps, torch::load, set_data, to()) are what replay reads. Which tensor a
-// registry slot holds can change only through a subclass's own code (LibTorch's API has no way to
-// rebind a registered parameter), and LibTorch's modules read their members, not the registries:
-// checking every slot would cost ~4 loads per submodule on every hit for a change no public API
-// makes. A tensor member assigned directly (`lin->weight = t`) bypasses the registry altogether
-// (LibTorch's parameters(), optimizers and to() miss it too) and is invisible to any guard: change
-// contents in place instead (`weight.set_data(t)`, or copy_ under NoGradGuard). Leaf modules that
-// gain a child after compiling are not seen either.
+// Bound tensors. Parameters and buffers are tensors the trace captures: their metadata is guarded
+// as every captured tensor's (Note [Captured tensors] in guards/builder.cc), and in-place changes
+// (optimizer steps, torch::load, set_data, to()) are what replay reads. But LibTorch's modules read
+// their tensor *members* in forward (LinearImpl::weight), and `lin->weight = t` rebinds the member:
+// the graph would go on reading the tensor it captured. For the module types LibTorch ships
+// (TensorMembers below: linear, bilinear, conv and transposed conv, batch/instance/layer/group
+// norm, embedding, PReLU) the guards hold the TensorImpl each member was bound to, one load and
+// compare per member; a rebinding misses with "module 'model' parameter 'fc.weight' rebound".
+//
+// What is not guarded, and why. Members of the user's own module classes are C++ fields Warden
+// cannot enumerate (guard them by reading them through an op, or `reset()` after rebinding), and
+// recurrent modules keep their weights in a flat list only their own code rebinds. Which tensor a
+// registry slot holds cannot change through LibTorch's API (register_parameter refuses a name
+// twice). Leaf modules that gain a child after compiling are not seen either.
 //
 // Flags the function itself changes (`model->eval()` inside it) are guarded as the call found them
 // and replayed as it left them: every hit sets them again after its artifact ran. A function that
@@ -29,6 +33,14 @@
 #include <type_traits>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/functional/instancenorm.h>  // instancenorm.h uses it without including it
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -57,6 +69,51 @@ template struct Expose<TrainingTag, &torch::nn::Module::is_training_>;
 template struct Expose<ChildrenTag, &torch::nn::Module::children_>;
 
 const char* BoolText(bool b) { return b ? "true" : "false"; }
+
+struct Member {
+  const char* name;
+  const at::Tensor* tensor;
+  bool buffer;
+};
+
+// The tensor members the forward of a LibTorch module reads (Note [Watched modules]: bound
+// tensors); none for other module types.
+std::vector<Member> TensorMembers(const torch::nn::Module& m) {
+  namespace nn = torch::nn;
+  auto weight_bias = [](const auto* p) {
+    return std::vector<Member>{{"weight", &p->weight, false}, {"bias", &p->bias, false}};
+  };
+  auto norm = [](const auto* p) {
+    return std::vector<Member>{{"weight", &p->weight, false},
+                               {"bias", &p->bias, false},
+                               {"running_mean", &p->running_mean, true},
+                               {"running_var", &p->running_var, true},
+                               {"num_batches_tracked", &p->num_batches_tracked, true}};
+  };
+#define WARDEN_MEMBERS(Type, how) \
+  if (const auto* p = dynamic_cast<const nn::Type*>(&m)) return how(p);
+  WARDEN_MEMBERS(LinearImpl, weight_bias)
+  WARDEN_MEMBERS(BilinearImpl, weight_bias)
+  WARDEN_MEMBERS(Conv1dImpl, weight_bias)
+  WARDEN_MEMBERS(Conv2dImpl, weight_bias)
+  WARDEN_MEMBERS(Conv3dImpl, weight_bias)
+  WARDEN_MEMBERS(ConvTranspose1dImpl, weight_bias)
+  WARDEN_MEMBERS(ConvTranspose2dImpl, weight_bias)
+  WARDEN_MEMBERS(ConvTranspose3dImpl, weight_bias)
+  WARDEN_MEMBERS(LayerNormImpl, weight_bias)
+  WARDEN_MEMBERS(GroupNormImpl, weight_bias)
+  WARDEN_MEMBERS(BatchNorm1dImpl, norm)
+  WARDEN_MEMBERS(BatchNorm2dImpl, norm)
+  WARDEN_MEMBERS(BatchNorm3dImpl, norm)
+  WARDEN_MEMBERS(InstanceNorm1dImpl, norm)
+  WARDEN_MEMBERS(InstanceNorm2dImpl, norm)
+  WARDEN_MEMBERS(InstanceNorm3dImpl, norm)
+#undef WARDEN_MEMBERS
+  if (const auto* p = dynamic_cast<const nn::EmbeddingImpl*>(&m)) return {{"weight", &p->weight, false}};
+  if (const auto* p = dynamic_cast<const nn::EmbeddingBagImpl*>(&m)) return {{"weight", &p->weight, false}};
+  if (const auto* p = dynamic_cast<const nn::PReLUImpl*>(&m)) return {{"weight", &p->weight, false}};
+  return {};
+}
 
 }  // namespace
 
@@ -89,6 +146,12 @@ ModuleGuards ModuleGuards::Capture(const std::vector<WatchedModule>& watched) {
       g.flags_.push_back(flag);
       g.flag_expected_.push_back(*flag);
       g.flag_paths_.push_back(path);
+      for (const Member& member : TensorMembers(m)) {
+        g.bound_.push_back(member.tensor);
+        g.bound_expected_.push_back(member.tensor->unsafeGetTensorImpl());
+        g.bound_names_.push_back({root, member.buffer,
+                                  item.key().empty() ? member.name : absl::StrCat(item.key(), ".", member.name)});
+      }
       const auto& items = (m.*MemberOf(ChildrenTag{})).items();
       if (items.empty()) continue;  // a leaf (Note [Watched modules]: what is not guarded)
       g.children_.push_back({&items, items.data(), items.size(), g.expected_.size(), root,
@@ -119,6 +182,13 @@ bool ModuleGuards::CheckAll() const noexcept {
   }
   for (; i < n; ++i) changed |= static_cast<unsigned>(*flag[i]) ^ want[i];
   if ((changed | changed2 | changed3 | changed4) != 0) return false;
+  // Bound tensors: one load of the member's TensorImpl pointer each, no branch per member.
+  uintptr_t rebound = 0;
+  const c10::TensorImpl* const* bound_want = bound_expected_.data();
+  for (size_t k = 0; k < bound_.size(); ++k) {
+    rebound |= reinterpret_cast<uintptr_t>(bound_[k]->unsafeGetTensorImpl()) ^ reinterpret_cast<uintptr_t>(bound_want[k]);
+  }
+  if (rebound != 0) return false;
   return StructureHolds();
 }
 
@@ -167,6 +237,11 @@ std::string ModuleGuards::FirstFailure() const {
                           BoolText(flag_expected_[i]), ", actual ", BoolText(*flags_[i]));
     }
   }
+  for (size_t k = 0; k < bound_.size(); ++k) {
+    if (bound_[k]->unsafeGetTensorImpl() == bound_expected_[k]) continue;
+    const BoundName& b = bound_names_[k];
+    return absl::StrCat("module '", paths_[b.root], "' ", b.buffer ? "buffer '" : "parameter '", b.name, "' rebound");
+  }
   using Items = std::vector<ChildDict::Item>;
   for (const Children& c : children_) {
     const Items& items = *static_cast<const Items*>(c.items);
@@ -190,6 +265,12 @@ std::vector<std::string> ModuleGuards::Describe() const {
   for (size_t i = 0; i < flags_.size(); ++i) {
     lines.push_back(absl::StrCat("module '", paths_[flag_paths_[i]], "' training == ", BoolText(flag_expected_[i]),
                                  "  # watched module: train()/eval() reach ops only as bools"));
+  }
+  if (!bound_.empty()) {
+    std::vector<std::string> names;
+    for (const BoundName& b : bound_names_) names.push_back(absl::StrCat(paths_[b.root], ".", b.name));
+    lines.push_back(absl::StrCat("module tensors ", absl::StrJoin(names, ", "),
+                                 " bound as at compile time  # watched module: forward reads the members"));
   }
   for (const Children& c : children_) {
     std::vector<std::string> names;

@@ -30,8 +30,8 @@ class ModuleGuards {
   // The current state of every module of `watched` and of all their submodules.
   static ModuleGuards Capture(const std::vector<WatchedModule>& watched);
 
-  // Hot path. Budget: one load and compare per submodule flag and per child of a container
-  // (~1 ns per submodule); no allocation, lock, throw or virtual call.
+  // Hot path. Budget: one load and compare per submodule flag, per bound tensor member and per
+  // child of a container (~1 ns each); no allocation, lock, throw or virtual call.
   bool Check() const noexcept { return empty_ || CheckAll(); }
 
   // A watched flag the traced call changed (`model->eval()` inside the function) is part of what
@@ -78,6 +78,16 @@ class ModuleGuards {
   std::vector<const void*> expected_;      // Module* per child, in registry order
   std::vector<std::string> child_names_;   // parallel to expected_
   std::vector<std::string> paths_;
+  // Bound tensors (Note [Watched modules]): the members LibTorch's module types read in forward,
+  // and the TensorImpl each was bound to.
+  struct BoundName {
+    int root;  // into paths_
+    bool buffer;
+    std::string name;  // "fc.weight", below the root
+  };
+  std::vector<const at::Tensor*> bound_;
+  std::vector<const c10::TensorImpl*> bound_expected_;
+  std::vector<BoundName> bound_names_;
   std::vector<std::shared_ptr<const torch::nn::Module>> alive_;  // every module read by the checks
 };
 

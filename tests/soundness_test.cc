@@ -585,6 +585,31 @@ TEST_P(Soundness, WatchedModuleReplacedSubmoduleRecompiles) {
   EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'net' submodule 'fc' replaced");
 }
 
+// `lin->weight = t` rebinds the member LinearImpl::forward reads; the graph captured the old tensor.
+TEST_P(Soundness, WatchedModuleParameterRebound) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
+  model->eval();
+  auto fn = [model](const std::vector<c10::IValue>& a) mutable -> std::vector<at::Tensor> {
+    return {model->forward(a[0].toTensor())};
+  };
+  auto f = warden::compile(fn, Opts());
+  f.watch(*model, "model");
+  const auto x = torch::randn({2, 4});
+  ExpectClose(f({x})[0], fn({x})[0], "first call");
+  auto lin = model[0]->as<torch::nn::Linear>();
+  lin->weight = torch::ones({3, 4});
+  ExpectClose(f({x})[0], fn({x})[0], "after rebinding the weight");
+  ASSERT_EQ(f.recompiles().size(), 1u);
+  EXPECT_EQ(f.recompiles()[0].reasons[0], "module 'model' parameter '0.weight' rebound");
+  ExpectClose(f({x})[0], fn({x})[0], "hit after rebinding");
+  model[1]->as<torch::nn::BatchNorm1d>()->running_mean = torch::full({3}, 2.0);
+  ExpectClose(f({x})[0], fn({x})[0], "after rebinding a buffer");
+  ASSERT_EQ(f.recompiles().size(), 2u);
+  EXPECT_EQ(f.recompiles()[1].reasons[0], "module 'model' buffer '1.running_mean' rebound");
+  EXPECT_EQ(f.stats().cache_hits, 1);
+}
+
 TEST_P(Soundness, ReplacingASubmoduleInsideTheFunctionRunsEagerly) {
   auto net = std::make_shared<TwoLayer>();
   // Built outside: a module constructed inside the trace would hold traced tensors.
