@@ -526,6 +526,14 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   modules.RecordFlagsAfterCall();
+  {
+    std::vector<const c10::TensorImpl*> captured;
+    for (const tracer::Value& v : trace.graph->values) {
+      if (v.kind == tracer::ValueKind::kConstant && v.constant.defined()) captured.push_back(v.constant.unsafeGetTensorImpl());
+    }
+    std::sort(captured.begin(), captured.end());
+    modules.KeepBoundTensorsIn(captured);
+  }
   entry->modules = std::move(modules);
   WarnUnwatchedModes(*trace.graph);
   entry->signature = guards::SignatureOf(entry->program.guards());

@@ -45,6 +45,11 @@ class ModuleGuards {
   // False if a child registry changed since Capture (the call registered or replaced submodules).
   bool StructureHolds() const noexcept;
 
+  // Keeps the bound-tensor guards of members whose tensor the entry's graph captured (`captured`,
+  // sorted) or that are undefined (an absent bias a rebinding would bring in); the graph cannot
+  // depend on the others. Note [Watched modules].
+  void KeepBoundTensorsIn(const std::vector<const c10::TensorImpl*>& captured);
+
   // Slow path: the reason of ../shared/API.md for the first failing guard, "" if all hold.
   std::string FirstFailure() const;
   // One line per guard, for guards(entry) and explain().
@@ -85,9 +90,12 @@ class ModuleGuards {
     bool buffer;
     std::string name;  // "fc.weight", below the root
   };
-  std::vector<const at::Tensor*> bound_;
-  std::vector<const c10::TensorImpl*> bound_expected_;
-  std::vector<BoundName> bound_names_;
+  struct Bound {
+    const at::Tensor* member;
+    const c10::TensorImpl* expected;
+  };
+  std::vector<Bound> bound_;
+  std::vector<BoundName> bound_names_;  // parallel to bound_
   std::vector<std::shared_ptr<const torch::nn::Module>> alive_;  // every module read by the checks
 };
 

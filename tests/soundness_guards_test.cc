@@ -202,6 +202,40 @@ TEST_P(Soundness, CapturedTensorRequiresGradChanged) {
   EXPECT_THAT(LastReasons(f), HasSubstr("captured tensor %c0 requires_grad mismatch. expected false, actual true"));
 }
 
+// torch::from_blob over a local buffer inside the function: the graph would keep a tensor over
+// freed (or refilled) memory. The function runs eagerly, with the reason.
+TEST_P(Soundness, FromBlobOverLocalMemoryRunsEagerly) {
+  int calls = 0;
+  const auto fn = [&](const Args& args) -> std::vector<at::Tensor> {
+    std::vector<float> buffer(3, static_cast<float>(++calls));
+    return {args[0].toTensor() + torch::from_blob(buffer.data(), {3})};
+  };
+  warden::CompiledFunction f = warden::compile(fn, Opts("from_blob"));
+  const at::Tensor x = torch::zeros({3});
+  for (int call = 1; call <= 3; ++call) {
+    // fn and f share `calls`: each f call sees call * 2 - 1, each fn call call * 2.
+    EXPECT_TRUE(torch::equal(f({x})[0], torch::full({3}, 2.0 * call - 1))) << "call " << call;
+    fn({x});
+  }
+  EXPECT_EQ(f.stats().eager_calls, 3) << "the traced call counts too";
+  EXPECT_EQ(f.stats().cache_hits, 0);
+  EXPECT_THAT(f.explain(), HasSubstr("torch::from_blob without a deleter"));
+}
+
+// Memory the caller keeps alive, lent with a deleter: captured like any tensor, and its values
+// are read on every call.
+TEST_P(Soundness, FromBlobWithADeleterIsCaptured) {
+  static float weights[3] = {1, 2, 3};
+  const at::Tensor w = torch::from_blob(weights, {3}, [](void*) {});
+  const auto fn = [&](const Args& args) -> std::vector<at::Tensor> { return {args[0].toTensor() * w}; };
+  warden::CompiledFunction f = warden::compile(fn, Opts("from_blob_deleter"));
+  const at::Tensor x = torch::ones({3});
+  ExpectSame(f({x}), fn({x}));
+  weights[1] = 20;
+  ExpectSame(f({x}), fn({x}));
+  EXPECT_EQ(f.stats().cache_hits, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Soundness, ::testing::Values("aten", "cpp"),
                          [](const auto& info) { return info.param; });
 

@@ -248,6 +248,17 @@ std::string OpName(const c10::FunctionSchema& schema) {
   return absl::StrCat(schema.name(), ".", schema.overload_name());
 }
 
+// True if `t`'s memory is not owned by its storage (torch::from_blob without a deleter): nothing
+// keeps it alive or unchanged for a replay.
+bool BorrowsMemory(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->has_storage() || impl->is_wrapped_number()) return false;
+  const c10::Storage& storage = impl->storage();
+  // Allocators and from_blob's deleter overload hand out a context to free; no context means
+  // nothing will ever be freed, i.e. the memory belongs to someone else.
+  return storage.nbytes() > 0 && storage.data_ptr().get() != nullptr && storage.data_ptr().get_context() == nullptr;
+}
+
 // Maps one tensor seen in a node's arguments to its value: wrappers to their value, plain tensors
 // to a (deduplicated) captured constant. Returns the real tensor to run the op with.
 ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
@@ -262,6 +273,14 @@ ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
   *real = t;
   auto it = st.constants.find(t.unsafeGetTensorImpl());
   if (it != st.constants.end()) return it->second;
+  if (BorrowsMemory(t) && st.untraceable.empty()) {
+    // torch::from_blob over C++ memory (an image buffer, a std::vector): the graph would hold the
+    // tensor while the memory may be refilled or freed after the call, so the function runs
+    // eagerly from now on. This call's results are eager's (the op ran on the real tensor).
+    st.untraceable =
+        "reads C++ memory through a tensor that does not own it (torch::from_blob without a deleter): "
+        "pass the tensor as an argument, or give from_blob a deleter that keeps the memory alive";
+  }
   Value v;
   v.kind = ValueKind::kConstant;
   v.meta = TensorMeta::Of(t);
