@@ -33,15 +33,7 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
     }
     if (g.kind == GuardKind::kArgIdentity) {
       in.aux = static_cast<int32_t>(identities_.size());
-      Identity id;
-      for (size_t i = 0; i < g.same_as.size(); ++i) {
-        if (g.same_as[i] < 0) continue;
-        // The position of the first equal argument among the tensor arguments.
-        const auto pos = std::find(id.args.begin(), id.args.end(), g.same_as[i]);
-        id.first.push_back(static_cast<int32_t>(pos == id.args.end() ? id.args.size() : pos - id.args.begin()));
-        id.args.push_back(static_cast<int32_t>(i));
-      }
-      identities_.push_back(std::move(id));
+      identities_.push_back(IdentityCheck::Of(g.same_as));
     }
     if (g.kind == GuardKind::kCapturedTensor) {
       in.aux = static_cast<int32_t>(captured_.size());
@@ -56,49 +48,79 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
 }
 
 // Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. Up to
-// kPairwise tensor arguments each is compared with the earlier ones (n^2 / 2 compares of values
-// in registers, faster than sorting at these sizes); more are sorted on the stack, which finds
-// each one's first equal argument in n log n; past kSorted (a stack budget) the pairwise loop runs
-// on the arguments directly. Any number of arguments is checked exactly.
-bool GuardProgram::IdentityHolds(const Identity& id, const c10::IValue* args) noexcept {
-  constexpr size_t kPairwise = 16, kSorted = 512;
-  const size_t n = id.args.size();
+// kPairwise tensor arguments every pair is compared without a branch per pair (for the common
+// all-distinct case an or of equalities); more go through an open-addressing table on the stack,
+// which finds each one's first equal argument in O(1) expected; past kHashed (the stack budget)
+// the pairwise loop runs on the arguments directly. Any number of arguments is checked exactly.
+IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
+  IdentityCheck id;
+  for (size_t i = 0; i < same_as.size(); ++i) {
+    if (same_as[i] < 0) continue;
+    const auto pos = std::find(id.args.begin(), id.args.end(), same_as[i]);
+    const int32_t first = static_cast<int32_t>(pos == id.args.end() ? id.args.size() : pos - id.args.begin());
+    id.all_distinct = id.all_distinct && first == static_cast<int32_t>(id.args.size());
+    id.first.push_back(first);
+    id.args.push_back(static_cast<int32_t>(i));
+  }
+  return id;
+}
+
+bool IdentityCheck::Holds(const c10::IValue* values) const noexcept {
+  constexpr size_t kPairwise = 8, kHashed = 512, kSlots = 2 * kHashed;
+  const size_t n = args.size();
   if (n <= kPairwise) {
     const c10::TensorImpl* impl[kPairwise];
-    for (size_t k = 0; k < n; ++k) {
-      impl[k] = args[id.args[k]].unsafeToTensorImpl();
-      size_t first = k;
-      for (size_t p = 0; p < k; ++p) {
-        if (impl[p] == impl[k]) {
-          first = p;
-          break;
-        }
+    for (size_t k = 0; k < n; ++k) impl[k] = values[args[k]].unsafeToTensorImpl();
+    if (all_distinct) {
+      unsigned same = 0;
+      for (size_t k = 1; k < n; ++k) {
+        for (size_t p = 0; p < k; ++p) same |= static_cast<unsigned>(impl[p] == impl[k]);
       }
-      if (first != static_cast<size_t>(id.first[k])) return false;
+      return same == 0;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      size_t first = k;
+      for (size_t p = k; p-- > 0;) {
+        if (impl[p] == impl[k]) first = p;
+      }
+      if (first != static_cast<size_t>(this->first[k])) return false;
     }
     return true;
   }
-  if (n <= kSorted) {
-    std::pair<const c10::TensorImpl*, int32_t> sorted[kSorted];
-    for (size_t k = 0; k < n; ++k) sorted[k] = {args[id.args[k]].unsafeToTensorImpl(), static_cast<int32_t>(k)};
-    std::sort(sorted, sorted + n);
-    // Equal pointers are adjacent, by position: the first of each run is the run's first argument.
-    for (size_t k = 0, run = 0; k < n; ++k) {
-      if (sorted[k].first != sorted[run].first) run = k;
-      if (id.first[sorted[k].second] != sorted[run].second) return false;
+  if (n <= kHashed) {
+    struct Slot {
+      const c10::TensorImpl* impl;
+      int32_t pos;
+    };
+    size_t slots = 16;
+    while (slots < 2 * n) slots *= 2;
+    Slot table[kSlots];
+    std::memset(table, 0, slots * sizeof(Slot));
+    const size_t mask = slots - 1;
+    for (size_t k = 0; k < n; ++k) {
+      const c10::TensorImpl* impl = values[args[k]].unsafeToTensorImpl();
+      size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(impl) >> 4) * 0x9e3779b97f4a7c15ull >> 32) & mask;
+      while (table[s].impl != nullptr && table[s].impl != impl) s = (s + 1) & mask;
+      int32_t found = static_cast<int32_t>(k);
+      if (table[s].impl == nullptr) {
+        table[s] = {impl, found};
+      } else {
+        found = table[s].pos;
+      }
+      if (found != first[k]) return false;
     }
     return true;
   }
   for (size_t k = 0; k < n; ++k) {
-    const c10::TensorImpl* impl = args[id.args[k]].unsafeToTensorImpl();
-    size_t first = k;
+    const c10::TensorImpl* impl = values[args[k]].unsafeToTensorImpl();
+    size_t found = k;
     for (size_t p = 0; p < k; ++p) {
-      if (args[id.args[p]].unsafeToTensorImpl() == impl) {
-        first = p;
+      if (values[args[p]].unsafeToTensorImpl() == impl) {
+        found = p;
         break;
       }
     }
-    if (first != static_cast<size_t>(id.first[k])) return false;
+    if (found != static_cast<size_t>(first[k])) return false;
   }
   return true;
 }
@@ -237,7 +259,7 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
         break;
       }
       case GuardKind::kArgIdentity:
-        if (!IdentityHolds(identities_[in.aux], args)) return false;
+        if (!identities_[in.aux].Holds(args)) return false;
         break;
       case GuardKind::kCapturedTensor:
         if (!CapturedHolds(captured_[in.aux])) return false;
@@ -331,6 +353,17 @@ bool Recordable(const RecordParts& p) {
          DimRanges(p, &ranges);
 }
 
+// The identity guard can run right after the records when every argument it reads has one (its
+// type is then checked); otherwise it stays in the program, after the type guards.
+bool IdentityArgsRecorded(const Guard& g, const std::map<int, RecordParts>& parts) {
+  for (size_t i = 0; i < g.same_as.size(); ++i) {
+    if (g.same_as[i] < 0) continue;
+    auto it = parts.find(static_cast<int>(i));
+    if (it == parts.end() || !Recordable(it->second)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 HitCheck::HitCheck(const std::vector<Guard>& guards) {
@@ -395,6 +428,14 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
       arg_count_ = g.expected;
       continue;
     }
+    if (g.kind == GuardKind::kArgIdentity && !check_identity_ && !fused_identity_ && IdentityArgsRecorded(g, parts)) {
+      identity_ = IdentityCheck::Of(g.same_as);
+      // All distinct and every tensor argument a record: the record loop compares them.
+      fused_identity_ = identity_.all_distinct && identity_.args.size() == tensors_.size() &&
+                        tensors_.size() <= kFusedIdentity;
+      check_identity_ = !fused_identity_;
+      continue;
+    }
     if (g.arg >= 0 && IsRecordKind(g.kind) && Recordable(parts.at(g.arg))) continue;
     rest.push_back(g);
   }
@@ -414,10 +455,16 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     const c10::impl::PODLocalDispatchKeySet& keys = c10::impl::raw_local_dispatch_key_set;
     if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
   }
+  // Note [Argument identity]: all records distinct, compared as the records load them.
+  const c10::TensorImpl* seen[kFusedIdentity];
+  size_t num_seen = 0;
+  uintptr_t same = 0;
   for (const TensorRecord& r : tensors_) {
     const c10::IValue& v = args[r.arg];
     if (!v.isTensor()) return false;
     const c10::TensorImpl* t = v.unsafeToTensorImpl();
+    seen[num_seen] = t;
+    num_seen += fused_identity_;
     // The undefined tensor's dtype is Undefined, which no record expects.
     if (t->dtype() != r.dtype) return false;
     if (r.rank >= 0) {
@@ -433,6 +480,30 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
       return false;
     }
   }
+  if (fused_identity_) {
+    // Straight-line for the common small counts, then the pairs loop.
+    const c10::TensorImpl* const* q = seen;
+    switch (num_seen) {
+      case 0:
+      case 1:
+        break;
+      case 2:
+        same = q[0] == q[1];
+        break;
+      case 3:
+        same = (q[0] == q[1]) | (q[0] == q[2]) | (q[1] == q[2]);
+        break;
+      case 4:
+        same = (q[0] == q[1]) | (q[0] == q[2]) | (q[0] == q[3]) | (q[1] == q[2]) | (q[1] == q[3]) | (q[2] == q[3]);
+        break;
+      default:
+        for (size_t k = 1; k < num_seen; ++k) {
+          for (size_t p = 0; p < k; ++p) same |= static_cast<uintptr_t>(q[p] == q[k]);
+        }
+    }
+    if (same != 0) return false;
+  }
+  if (check_identity_ && !identity_.Holds(args)) return false;
   return rest_.size() == 0 || rest_.Check(args, num_args);
 }
 

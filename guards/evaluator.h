@@ -13,6 +13,19 @@
 
 namespace warden::guards {
 
+// A kArgIdentity guard compiled for the hot path (Note [Argument identity] in guards/builder.cc):
+// the tensor arguments' positions and, per position, the position of the first one that is the
+// same tensor object (itself when none is).
+struct IdentityCheck {
+  std::vector<int32_t> args;
+  std::vector<int32_t> first;
+  bool all_distinct = true;
+
+  static IdentityCheck Of(const std::vector<int32_t>& same_as);
+  // Hot path: no allocation, lock or throw; the arguments' types were checked before.
+  bool Holds(const c10::IValue* args) const noexcept;
+};
+
 class GuardProgram {
  public:
   GuardProgram() = default;
@@ -45,12 +58,6 @@ class GuardProgram {
     tracer::SymExpr lhs, rhs;
     std::vector<std::pair<int, int>> symbols;  // (arg, dim) of each expression symbol
   };
-  // kArgIdentity: the positions of the tensor arguments and, per position, the position of the
-  // first one that is the same tensor object (itself when none is).
-  struct Identity {
-    std::vector<int32_t> args;
-    std::vector<int32_t> first;
-  };
   // kCapturedTensor: one captured tensor's metadata as the trace found it, packed.
   struct Captured {
     const c10::TensorImpl* impl;  // kept alive by guards_
@@ -62,7 +69,6 @@ class GuardProgram {
     int64_t storage_offset;
     std::vector<int64_t> sizes_strides;  // rank sizes, then rank strides
   };
-  static bool IdentityHolds(const Identity& id, const c10::IValue* args) noexcept;
   static bool CapturedHolds(const Captured& c) noexcept;
 
   // Relations evaluate with symbol values on the stack; more symbols than this in one relation
@@ -72,7 +78,7 @@ class GuardProgram {
   std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
   std::vector<Instr> code_;
   std::vector<Relation> relations_;
-  std::vector<Identity> identities_;
+  std::vector<IdentityCheck> identities_;
   std::vector<Captured> captured_;
 };
 
@@ -118,6 +124,10 @@ class HitCheck {
   size_t min_args_ = 0;      // records index args below this
   std::vector<TensorRecord> tensors_;
   std::vector<DimBound> bounds_;
+  static constexpr size_t kFusedIdentity = 8;
+  bool fused_identity_ = false;  // the kArgIdentity guard says all distinct: checked in the record loop
+  bool check_identity_ = false;  // the kArgIdentity guard, after the records (their types checked)
+  IdentityCheck identity_;
   GuardProgram rest_;        // runs after the records, which have checked their arguments' types
 };
 

@@ -137,35 +137,51 @@ TEST(GuardProgram, AgreesWithHoldsForAliasing) {
                    {{a, b}}});
 }
 
-// Identity over n tensor arguments (and one int between them): the pairwise path up to 16, the
-// sorted path beyond, the same answer as Holds() either way.
+// One identity pattern set over n tensor arguments (and one int between them); `records`: with
+// the metadata guards the builder emits, so HitCheck keeps a record per argument.
+void ExpectIdentityAgreement(int n, bool records) {
+  Args distinct;
+  for (int i = 0; i < n; ++i) distinct.push_back(torch::zeros({1}));
+  distinct.insert(distinct.begin() + 1, c10::IValue(int64_t{7}));
+  std::vector<Guard> types = {Count(static_cast<int>(distinct.size()))};
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const int a = static_cast<int>(i);
+    types.push_back(Type(a, i == 1 ? ArgType::kInt : ArgType::kTensor));
+    if (i == 1 || !records) continue;
+    // What the builder emits for every tensor argument: HitCheck then keeps a record for each,
+    // and compares all-distinct arguments in its record loop (up to 8 of them).
+    types.push_back(Make(GuardKind::kDtype, a, static_cast<int64_t>(at::kFloat)));
+    types.push_back(Make(GuardKind::kDevice, a, DeviceCodeOf(distinct[0].toTensor())));
+    types.push_back(Make(GuardKind::kLayout, a, static_cast<int64_t>(at::kStrided)));
+    types.push_back(Make(GuardKind::kRequiresGrad, a, 0));
+  }
+  Args repeated = distinct, other = distinct, all_same = distinct;
+  repeated.back() = repeated[0];
+  repeated[2] = repeated[0];
+  other.back() = other[3];
+  for (size_t i = 0; i < all_same.size(); ++i) {
+    if (i != 1) all_same[i] = distinct[0];
+  }
+  auto with = [&](const Args& traced) {
+    std::vector<Guard> g = types;
+    Guard id = Make(GuardKind::kArgIdentity);
+    id.same_as = IdentityOf(traced);
+    g.push_back(id);
+    return g;
+  };
+  ExpectAgreement({"distinct", with(distinct), {distinct}, {repeated, other, all_same}});
+  ExpectAgreement({"repeated", with(repeated), {repeated}, {distinct, other, all_same}});
+  ExpectAgreement({"all same", with(all_same), {all_same}, {distinct, repeated, other}});
+}
+
+// Identity through the pairwise path (up to 8 arguments; fused into the record loop when all are
+// distinct), the hashed one beyond, and the pairwise fallback past 512: the same answer as Holds().
 TEST(GuardProgram, AgreesWithHoldsForArgumentIdentity) {
-  for (int n : {4, 16, 17, 40, 600}) {
-    SCOPED_TRACE(n);
-    Args distinct;
-    for (int i = 0; i < n; ++i) distinct.push_back(torch::zeros({1}));
-    distinct.insert(distinct.begin() + 1, c10::IValue(int64_t{7}));
-    std::vector<Guard> types = {Count(static_cast<int>(distinct.size()))};
-    for (size_t i = 0; i < distinct.size(); ++i) {
-      types.push_back(Type(static_cast<int>(i), i == 1 ? ArgType::kInt : ArgType::kTensor));
+  for (int n : {4, 8, 9, 16, 17, 40, 600}) {
+    for (bool records : {false, true}) {
+      SCOPED_TRACE(testing::Message() << n << " arguments, records " << records);
+      ExpectIdentityAgreement(n, records);
     }
-    Args repeated = distinct, other = distinct, all_same = distinct;
-    repeated.back() = repeated[0];
-    repeated[2] = repeated[0];
-    other.back() = other[3];
-    for (size_t i = 0; i < all_same.size(); ++i) {
-      if (i != 1) all_same[i] = distinct[0];
-    }
-    auto with = [&](const Args& traced) {
-      std::vector<Guard> g = types;
-      Guard id = Make(GuardKind::kArgIdentity);
-      id.same_as = IdentityOf(traced);
-      g.push_back(id);
-      return g;
-    };
-    ExpectAgreement({"distinct", with(distinct), {distinct}, {repeated, other, all_same}});
-    ExpectAgreement({"repeated", with(repeated), {repeated}, {distinct, other, all_same}});
-    ExpectAgreement({"all same", with(all_same), {all_same}, {distinct, repeated, other}});
   }
 }
 
