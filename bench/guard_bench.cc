@@ -9,6 +9,7 @@
 //   BM_PassthroughEntries/E   4 args, cache_size_limit 64, E entries for E distinct sizes of arg0,
 //                             called with the size compiled FIRST (last in a newest-first scan)
 //   BM_PassthroughDynamic/4   4 args in Dynamic::kDynamic (symbolic dims: `>= 2` guards)
+//   BM_CapturedTensorGuards/N the guards of N captured tensors alone (HitCheck, no call)
 // Every Warden benchmark fails (SkipWithError) unless every timed iteration was a cache hit.
 //
 // The targets: overhead <= 100 ns at 4 static arguments, <= 25 ns per extra argument,
@@ -39,6 +40,7 @@
 
 #include "bench/reporting.h"
 #include "bench/workloads.h"
+#include "guards/evaluator.h"
 #include "runtime/warden.h"
 
 namespace {
@@ -151,6 +153,26 @@ void BM_PassthroughDynamic(benchmark::State& state) {
   RunHits(state, s);
 }
 BENCHMARK(BM_PassthroughDynamic)->Arg(4);
+
+// The captured-tensor guards alone (Note [Captured tensors]): a HitCheck of N kCapturedTensor
+// guards over 2-D float tensors that require grad, as a model's parameters are, checked directly.
+void BM_CapturedTensorGuards(benchmark::State& state) {
+  std::vector<warden::guards::Guard> guards;
+  std::vector<at::Tensor> tensors;
+  for (int64_t i = 0; i < state.range(0); ++i) {
+    tensors.push_back(torch::randn({64, 64}).requires_grad_());
+    warden::guards::Guard g{warden::guards::GuardKind::kCapturedTensor};
+    g.dim = static_cast<int>(i);
+    g.captured = std::make_shared<const warden::guards::CapturedTensor>(
+        warden::guards::CapturedTensor::Of(tensors.back(), "%c" + std::to_string(i)));
+    guards.push_back(std::move(g));
+  }
+  const warden::guards::HitCheck check(guards);
+  const std::vector<c10::IValue> args;
+  if (!check.Check(args)) state.SkipWithError("the guards do not hold");
+  for (auto _ : state) benchmark::DoNotOptimize(check.Check(args));
+}
+BENCHMARK(BM_CapturedTensorGuards)->Arg(1)->Arg(10)->Arg(60);
 
 // --- Summary --------------------------------------------------------------------------------------
 
