@@ -50,6 +50,9 @@
 // a few loads and two memcmps per captured tensor. What stays invisible: a captured tensor no op
 // reads (its metadata can only reach the graph through C++, which Warden cannot see; pass it as
 // an argument), and rebinding a C++ variable to another tensor (the graph keeps the old one).
+// A tensor over memory it does not own (torch::from_blob without a deleter) is never captured:
+// the memory may be refilled or freed after the call, so the tracer makes the function run
+// eagerly (BorrowsMemory in tracer/tracer.cc); with a deleter the caller vouches for its lifetime.
 #include "guards/builder.h"
 
 #include <algorithm>

@@ -1052,7 +1052,9 @@ TEST(CppBackend, SmallConstantsAreInlinedAndChecked) {
 TEST(CppBackend, RawWritesToInlinedConstantsAreSeen) {
   ScopedCacheDir dir;
   float host[4] = {0.5f, -2.0f, 3.0f, 1.0f};
-  const at::Tensor calib = torch::from_blob(host, {4});
+  // Lent with a (no-op) deleter: the caller keeps `host` alive. Without one, Warden would not
+  // capture it (Note [Captured tensors]: from_blob memory nobody owns runs eagerly).
+  const at::Tensor calib = torch::from_blob(host, {4}, [](void*) {});
   const at::Tensor bias = torch::tensor({0.25f, 1.0f, -1.0f, 2.0f});
   auto fn = [calib, bias](const Args& a) -> std::vector<at::Tensor> {
     return {torch::tanh(a[0].toTensor() * calib + bias)};
