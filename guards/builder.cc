@@ -16,11 +16,23 @@
 // - Aliasing: when the graph writes an argument (or a view of one), which other arguments share
 //   its storage changes the results, so storage sharing is guarded pairwise against the written
 //   arguments.
+// - Dispatch keys: every tensor argument's key set, compared before anything reads its sizes
+//   (Note [Dispatch keys]).
 // - Identity: with two or more tensor arguments, which of them are the same tensor object
 //   (Note [Argument identity]).
 // - Captured tensors: the metadata of every tensor the graph captured (Note [Captured tensors]).
 // - Default dtype: when a factory op or a floating-point scalar argument could have used it, or an
 //   op made a floating result from integer or bool operands (int / int, exp of an int tensor).
+//
+// Note [Dispatch keys]
+// dtype, device and layout do not say what kind of tensor an argument is: a ZeroTensor (no data),
+// a negative or conjugate view, a functionalization wrapper, a nested tensor all have a dense CPU
+// float's. Their dispatch key sets differ, and the replay's ops or a fused kernel would treat them
+// as what was traced (a null data pointer, a sign lost). So the key set of every tensor argument
+// is guarded, exactly (raw bits: inference tensors, which lack the autograd keys, get entries of
+// their own). It is checked before any size is read (the kind table's order, and first in the
+// hit path's record), because a nested tensor's sizes() throws and the hit path must not.
+// The signature hash (guards/signature.cc) reads no sizes of a nested tensor either.
 //
 // Note [Argument identity]
 // C++ code can see whether two arguments are the same tensor (`a.is_same(b)`, `&a == &b` on the
@@ -346,6 +358,8 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     const int64_t rank = static_cast<int64_t>(entry.sizes.size());
     const std::string meta = "tensor metadata is not observable to the tracer: always guarded";
     add({GuardKind::kDtype, a, -1, -1, static_cast<int64_t>(t.scalar_type()), 0, meta});
+    add({GuardKind::kDispatchKeys, a, -1, -1, static_cast<int64_t>(t.unsafeGetTensorImpl()->key_set().raw_repr()), 0,
+         "what kind of tensor it is (Note [Dispatch keys])"});
     add({GuardKind::kDevice, a, -1, -1,
          (static_cast<int64_t>(t.device().type()) << 16) | (static_cast<int64_t>(t.device().index()) & 0xffff),
          0, meta});

@@ -191,6 +191,9 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
         if (static_cast<int64_t>(t) != in.expected) return false;
         break;
       }
+      case GuardKind::kDispatchKeys:
+        if (static_cast<int64_t>(args[in.arg].unsafeToTensorImpl()->key_set().raw_repr()) != in.expected) return false;
+        break;
       case GuardKind::kDtype:
         if (static_cast<int64_t>(c10::typeMetaToScalarType(args[in.arg].unsafeToTensorImpl()->dtype())) !=
             in.expected)
@@ -292,6 +295,7 @@ inline uint16_t DeviceBits(c10::Device d) {
 bool IsRecordKind(GuardKind k) {
   switch (k) {
     case GuardKind::kArgType:
+    case GuardKind::kDispatchKeys:
     case GuardKind::kDtype:
     case GuardKind::kDevice:
     case GuardKind::kLayout:
@@ -308,6 +312,7 @@ bool IsRecordKind(GuardKind k) {
 // The guards of one tensor argument that its record would hold.
 struct RecordParts {
   const Guard* type = nullptr;
+  const Guard* keys = nullptr;  // optional (the builder always emits it)
   const Guard* dtype = nullptr;
   const Guard* device = nullptr;
   const Guard* layout = nullptr;
@@ -337,7 +342,7 @@ bool DimRanges(const RecordParts& p, std::vector<std::pair<int64_t, int64_t>>* r
 
 bool Recordable(const RecordParts& p) {
   // Exactly one guard of each metadata kind (a second, contradictory one would be lost).
-  const int singles = 5 + (p.rank != nullptr ? 1 : 0);
+  const int singles = 5 + (p.rank != nullptr ? 1 : 0) + (p.keys != nullptr ? 1 : 0);
   if (p.type == nullptr || p.type->expected != static_cast<int64_t>(ArgType::kTensor) || p.dtype == nullptr ||
       p.device == nullptr || p.layout == nullptr || p.requires_grad == nullptr ||
       p.count != singles + static_cast<int>(p.sizes.size())) {
@@ -385,6 +390,7 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     ++p.count;
     switch (g.kind) {
       case GuardKind::kArgType: p.type = &g; break;
+      case GuardKind::kDispatchKeys: p.keys = &g; break;
       case GuardKind::kDtype: p.dtype = &g; break;
       case GuardKind::kDevice: p.device = &g; break;
       case GuardKind::kLayout: p.layout = &g; break;
@@ -406,6 +412,8 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
                                       static_cast<c10::DeviceIndex>(p.device->expected & 0xffff)));
     r.layout = static_cast<int8_t>(p.layout->expected);
     r.requires_grad = p.requires_grad->expected != 0;
+    r.check_keys = p.keys != nullptr;
+    r.keys = p.keys != nullptr ? static_cast<uint64_t>(p.keys->expected) : 0;
     for (const auto& [lo, hi] : ranges) {
       bounds_.push_back({static_cast<uint64_t>(lo), static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)});
     }
@@ -463,6 +471,8 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     const c10::IValue& v = args[r.arg];
     if (!v.isTensor()) return false;
     const c10::TensorImpl* t = v.unsafeToTensorImpl();
+    // Note [Dispatch keys]: before anything else of the tensor (a nested tensor's sizes() throws).
+    if (r.check_keys && t->key_set().raw_repr() != r.keys) return false;
     seen[num_seen] = t;
     num_seen += fused_identity_;
     // The undefined tensor's dtype is Undefined, which no record expects.

@@ -116,6 +116,8 @@ class HitCheck {
     uint16_t device;          // DeviceBits of the kDevice guard
     int8_t layout;
     bool requires_grad;
+    bool check_keys;          // a kDispatchKeys guard (Note [Dispatch keys])
+    uint64_t keys;
   };
   int64_t arg_count_ = -1;   // -1: not guarded
   int32_t autograd_ = -1;    // grad << 1 | inference; -1: not both guarded (then in rest_)

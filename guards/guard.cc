@@ -99,6 +99,9 @@ CapturedTensor CapturedTensor::Of(const at::Tensor& t, std::string name) {
 }
 
 namespace {
+std::string KeysText(int64_t raw) {
+  return c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, static_cast<uint64_t>(raw)));
+}
 
 // The first difference between a captured tensor and what its guard expects, as a reason text,
 // or "" if there is none.
@@ -106,8 +109,8 @@ std::string CapturedDifference(const CapturedTensor& c) {
   const CapturedTensor now = CapturedTensor::Of(c.tensor, c.name);
   const std::string what = absl::StrCat("captured tensor ", c.name, " ");
   if (now.keys != c.keys) {
-    return absl::StrCat(what, "dispatch keys mismatch. expected ", c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, c.keys)),
-                        ", actual ", c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, now.keys)));
+    return absl::StrCat(what, "dispatch keys mismatch. expected ", KeysText(static_cast<int64_t>(c.keys)), ", actual ",
+                        KeysText(static_cast<int64_t>(now.keys)));
   }
   if (now.dtype != c.dtype) {
     return absl::StrCat(what, "dtype mismatch. expected ", c10::toString(c.dtype), ", actual ", c10::toString(now.dtype));
@@ -227,6 +230,7 @@ std::string LayoutText(int64_t code) {
 
 std::string BoolText(int64_t b) { return b ? "true" : "false"; }
 
+
 std::string DoubleText(double d) {
   if (std::isnan(d)) return "nan";
   if (d == 0.0 && std::signbit(d)) return "-0.0";
@@ -275,6 +279,7 @@ int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
   if (t == nullptr) return -1;
   switch (g.kind) {
     case GuardKind::kDtype: return static_cast<int64_t>(t->scalar_type());
+    case GuardKind::kDispatchKeys: return static_cast<int64_t>(t->key_set().raw_repr());
     case GuardKind::kDevice: return DeviceCode(t->device());
     case GuardKind::kLayout: return static_cast<int64_t>(t->layout());
     case GuardKind::kRequiresGrad: return t->requires_grad();
@@ -352,6 +357,8 @@ std::string Describe(const Guard& g, const std::vector<std::string>& names) {
     case GuardKind::kArgType:
       return absl::StrCat("type(", name(g.arg), ") == ", ArgTypeName(static_cast<ArgType>(g.expected)));
     case GuardKind::kDtype: return absl::StrCat(name(g.arg), ".dtype == ", DtypeText(g.expected));
+    case GuardKind::kDispatchKeys:
+      return absl::StrCat(name(g.arg), ".dispatch_keys == ", KeysText(g.expected));
     case GuardKind::kDevice: return absl::StrCat(name(g.arg), ".device == ", DeviceText(g.expected));
     case GuardKind::kLayout: return absl::StrCat(name(g.arg), ".layout == ", LayoutText(g.expected));
     case GuardKind::kRequiresGrad:
@@ -419,6 +426,9 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
     case GuardKind::kDevice:
       return absl::StrCat(tensor, "device mismatch. expected ", DeviceText(g.expected), ", actual ",
                           DeviceText(actual));
+    case GuardKind::kDispatchKeys:
+      return absl::StrCat(tensor, "dispatch keys mismatch. expected ", KeysText(g.expected), ", actual ",
+                          KeysText(actual));
     case GuardKind::kLayout:
       return absl::StrCat(tensor, "layout mismatch. expected ", LayoutText(g.expected), ", actual ",
                           LayoutText(actual));

@@ -26,6 +26,7 @@ namespace warden::guards {
   X(kAutocastDtype, "autocast_dtype")                                      \
   X(kArgCount, "arg_count")                                                \
   X(kArgType, "type")                                                      \
+  X(kDispatchKeys, "dispatch_keys") /* Note [Dispatch keys]: before any size */ \
   X(kDtype, "dtype")                                                       \
   X(kDevice, "device")                                                     \
   X(kLayout, "layout")                                                     \

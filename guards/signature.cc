@@ -92,7 +92,8 @@ inline int64_t ReadProbe(const Probe& p, const c10::IValue* args, size_t num_arg
   }
   if (!a.isTensor()) return absent;
   const c10::TensorImpl* t = a.unsafeToTensorImpl();
-  if (t == c10::UndefinedTensorImpl::singleton()) return absent;
+  // A nested tensor's sizes() throws: probed as no tensor (its dispatch-key guard fails anyway).
+  if (t == c10::UndefinedTensorImpl::singleton() || t->is_nested()) return absent;
   if (p.kind == GuardKind::kDtype) return static_cast<int64_t>(c10::typeMetaToScalarType(t->dtype()));
   const c10::IntArrayRef sizes = t->sizes();
   if (p.kind == GuardKind::kRank) return static_cast<int64_t>(sizes.size());
@@ -103,7 +104,7 @@ inline int64_t ReadProbe(const Probe& p, const c10::IValue* args, size_t num_arg
 inline int64_t ReadSize(const Probe& p, const c10::IValue* args, size_t num_args) noexcept {
   if (p.arg < 0 || static_cast<size_t>(p.arg) >= num_args || !args[p.arg].isTensor()) return kMissing;
   const c10::TensorImpl* t = args[p.arg].unsafeToTensorImpl();
-  if (t == c10::UndefinedTensorImpl::singleton()) return kMissing;
+  if (t == c10::UndefinedTensorImpl::singleton() || t->is_nested()) return kMissing;
   const c10::IntArrayRef sizes = t->sizes();
   return p.dim >= 0 && static_cast<size_t>(p.dim) < sizes.size() ? sizes[p.dim] : kMissing;
 }
@@ -172,6 +173,7 @@ inline uint64_t HashPlan(const ProbePlan& plan, const c10::IValue* args, size_t 
     const int64_t type = a != nullptr ? TypeCode(*a) : kMissing;
     const c10::TensorImpl* t =
         type == static_cast<int64_t>(ArgType::kTensor) ? a->unsafeToTensorImpl() : nullptr;
+    if (t != nullptr && t->is_nested()) t = nullptr;  // as ReadProbe: sizes() would throw
     if (pa.flags & ProbePlan::kType) emit(type);
     if (t != nullptr) {
       const int64_t rank = t->dim();

@@ -48,6 +48,7 @@ nlohmann::json Argv() {
 bool IsTensorKind(guards::GuardKind k) {
   switch (k) {
     case guards::GuardKind::kDtype:
+    case guards::GuardKind::kDispatchKeys:
     case guards::GuardKind::kDevice:
     case guards::GuardKind::kLayout:
     case guards::GuardKind::kRequiresGrad:

@@ -219,6 +219,37 @@ TEST_P(Hostile, OtherDtypesAndLayoutsMissAndMatchEager) {
   ExpectSameAsEager(f, fn, {x, torch::randn({5, 4})});  // broadcast error in eager
 }
 
+// Tensors with other dispatch keys than the entry was built for (Note [Dispatch keys] in
+// guards/builder.cc): a ZeroTensor (no data), a negative-bit view, a conjugate view and a nested
+// tensor (whose sizes() throws) after an entry for plain tensors. Each must miss, never reach a
+// fused kernel or a throwing accessor on the hit path, and give eager's result or error; under
+// every Dynamic mode, since dynamic entries hash and bound sizes differently.
+TEST_P(Hostile, TensorsWithOtherDispatchKeysMiss) {
+  for (warden::Dynamic d : {warden::Dynamic::kStatic, warden::Dynamic::kAuto, warden::Dynamic::kDynamic}) {
+    SCOPED_TRACE(static_cast<int>(d));
+    warden::Fn fn = AddMul;
+    auto f = warden::compile(fn, Opts(GetParam(), d));
+    const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 4});
+    ExpectSameAsEager(f, fn, {x, y});
+    ExpectSameAsEager(f, fn, {torch::randn({5, 4}), torch::randn({5, 4})});
+    ExpectSameAsEager(f, fn, {at::_efficientzerotensor({4, 4}), y});
+    ExpectSameAsEager(f, fn, {x, at::_efficientzerotensor({4, 4})});
+    ExpectSameAsEager(f, fn, {at::_neg_view(x), y});
+    const at::Tensor c = torch::randn({4, 4}, at::kComplexFloat);
+    ExpectSameAsEager(f, fn, {c, c});
+    ExpectSameAsEager(f, fn, {c.conj(), c});
+    const at::Tensor nested = at::_nested_tensor_from_tensor_list({torch::randn({4}), torch::randn({4})});
+    for (int i = 0; i < 2; ++i) {
+      try {
+        f({nested, nested});
+      } catch (const std::exception& e) {
+        SUCCEED() << "raised: " << e.what();
+      }
+    }
+    ExpectSameAsEager(f, fn, {x, y});
+  }
+}
+
 // Another device: meta tensors (shapes without storage, the only non-CPU device a CPU build of
 // LibTorch has) after a CPU entry must miss, never run a CPU kernel on them, and give eager's
 // meta result; a mix of devices raises as eager does.
