@@ -224,9 +224,24 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
         if (args[in.arg].unsafeToTensorImpl()->sizes()[in.aux] < in.expected) return false;
         break;
       case GuardKind::kSizeRelation: {
+        // Any number of symbols (cat of many arguments under kDynamic): on the stack up to
+        // kStackSymbols, beyond that in a per-thread buffer that only grows (no lock; it
+        // allocates the first time a thread sees a relation that large).
         const Relation& r = relations_[in.aux];
-        int64_t values[kMaxRelationSymbols];
-        const size_t n = std::min(r.symbols.size(), kMaxRelationSymbols);
+        const size_t n = r.symbols.size();
+        int64_t stack[kStackSymbols];
+        int64_t* values = stack;
+        if (n > kStackSymbols) {
+          thread_local std::vector<int64_t> large;
+          if (large.size() < n) {
+            try {
+              large.resize(n);
+            } catch (...) {
+              return false;  // out of memory: a miss, whose slow path reports it
+            }
+          }
+          values = large.data();
+        }
         for (size_t k = 0; k < n; ++k) {
           values[k] = args[r.symbols[k].first].unsafeToTensorImpl()->sizes()[r.symbols[k].second];
         }

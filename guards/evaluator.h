@@ -71,9 +71,9 @@ class GuardProgram {
   };
   static bool CapturedHolds(const Captured& c) noexcept;
 
-  // Relations evaluate with symbol values on the stack; more symbols than this in one relation
-  // are not supported by the fast path (the builder never makes such guards).
-  static constexpr size_t kMaxRelationSymbols = 16;
+  // Relations evaluate with symbol values on the stack up to this many symbols, in a per-thread
+  // buffer beyond.
+  static constexpr size_t kStackSymbols = 32;
 
   std::vector<Guard> guards_;  // in evaluation order; code_[i] comes from guards_[i]
   std::vector<Instr> code_;

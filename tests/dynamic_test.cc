@@ -91,6 +91,39 @@ TEST(Dynamic, BroadcastRelationGuard) {
   EXPECT_THROW(f({torch::randn({5, 6}), torch::randn({4, 6})}), c10::Error);
 }
 
+// A relation over more symbols than fit the evaluator's stack buffer: the size of a cat of 40
+// arguments must equal another argument's (41 symbols). It used to read past a 16-slot array and
+// never hit.
+std::vector<at::Tensor> CatPlus(const std::vector<c10::IValue>& a) {
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i + 1 < a.size(); ++i) parts.push_back(a[i].toTensor());
+  return {torch::cat(parts, 0) + a.back().toTensor()};
+}
+
+TEST(Dynamic, RelationOverManySymbols) {
+  auto f = warden::compile(CatPlus, Mode(warden::Dynamic::kDynamic));
+  auto args_for = [](int64_t first) {
+    std::vector<c10::IValue> args;
+    int64_t total = 0;
+    for (int64_t i = 0; i < 40; ++i) {
+      args.push_back(torch::randn({first + i, 3}));
+      total += first + i;
+    }
+    args.push_back(torch::randn({total, 3}));
+    return args;
+  };
+  for (int64_t first : {2, 3, 5, 2}) {
+    const auto args = args_for(first);
+    ExpectSame(f(args), CatPlus(args));
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+  EXPECT_EQ(f.stats().cache_hits, 3);
+  // A total that does not add up raises as eager does, after a miss.
+  auto bad = args_for(2);
+  bad.back() = torch::randn({7, 3});
+  EXPECT_THROW(f(bad), c10::Error);
+}
+
 TEST(Dynamic, RelationFailureReasonNamesTheOp) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
     return {torch::cat({a[0].toTensor(), a[1].toTensor()}, 0) + a[2].toTensor()};
