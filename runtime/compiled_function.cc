@@ -333,6 +333,27 @@ std::set<std::pair<int, int>> CompiledFunction::Impl::DynamicDims(
   return dims;
 }
 
+// Releases a held mu_ for the user's code and takes it back, also when that code throws (Note
+// [No lock around user code]); tracing_ is set meanwhile.
+class UnlockedForUserCode {
+ public:
+  UnlockedForUserCode(std::unique_lock<std::mutex>& lock, bool& tracing, std::condition_variable& done)
+      : lock_(lock), tracing_(tracing), done_(done) {
+    tracing_ = true;
+    lock_.unlock();
+  }
+  ~UnlockedForUserCode() {
+    lock_.lock();
+    tracing_ = false;
+    done_.notify_all();
+  }
+
+ private:
+  std::unique_lock<std::mutex>& lock_;
+  bool& tracing_;
+  std::condition_variable& done_;
+};
+
 std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IValue>& args) {
   const int64_t call_index = calls_.fetch_add(1, std::memory_order_relaxed);
   if (tracer::IsTracing()) {
@@ -376,6 +397,8 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   slow_calls_.fetch_add(1, std::memory_order_relaxed);
   ValidateArgs(args, *this);
   std::unique_lock<std::mutex> lock(mu_);
+  // Another thread is tracing (Note [No lock around user code]): wait a bounded time for its entry.
+  if (tracing_) traced_cv_.wait_for(lock, kWaitForTrace, [this] { return !tracing_; });
   // Another thread may have compiled this signature while we waited for the lock.
   const std::vector<std::string> names = ArgNames(args.size());
   std::map<int, std::string> failures = value_failures;
@@ -433,6 +456,22 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     return fn_(args);
   }
 
+  // Note [No lock around user code]
+  // The user's function runs (traced) without mu_: from inside its body it may call explain(),
+  // recompiles(), guards(), reset() or mark_dynamic() on this function, which take mu_, or wait for
+  // a thread that calls this function. While it runs, tracing_ is set, and a miss on another thread
+  // runs the function eagerly instead of tracing it again or waiting (a call from inside the trace
+  // itself runs inline: tracer::IsTracing()). A concurrent miss first waits for that trace, up to
+  // kWaitForTrace (a server's threads arriving together then hit the entry it makes); past that it
+  // runs the function eagerly, which is what breaks the cycle when the traced body waits for a
+  // thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
+  // so a miss that waited finds the entry: a signature is never compiled twice.
+  if (tracing_) {
+    lock.unlock();
+    eager_calls_.fetch_add(1);
+    return fn_(args);
+  }
+
   // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
   // leave no entry behind.
   const TraceClock::time_point compile_start = TraceClock::now();
@@ -446,6 +485,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   ModuleGuards modules = ModuleGuards::Capture(watched_);
   tracer::TraceResult trace;
   try {
+    UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
     trace = tracer::Trace(fn_, args, names);
   } catch (...) {
     if (trace_ != nullptr) {
@@ -495,7 +535,11 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       scalar_candidates.insert(arg);
     }
   }
-  runtime::ScalarPromotion promotion = runtime::PromoteScalars(fn_, args, names, trace, scalar_candidates);
+  runtime::ScalarPromotion promotion;
+  {
+    UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);  // a verification trace runs the function again
+    promotion = runtime::PromoteScalars(fn_, args, names, trace, scalar_candidates);
+  }
   trace.graph = promotion.graph;
   static_scalars_.insert(promotion.kept_args.begin(), promotion.kept_args.end());
 

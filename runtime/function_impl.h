@@ -7,6 +7,8 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -120,7 +122,7 @@ class CompiledFunction::Impl {
     return std::max<int64_t>(0, calls_.load() - slow + slow_hits_.load());
   }
 
-  mutable std::mutex mu_;  // guards everything below; held for the whole of a compile
+  mutable std::mutex mu_;  // guards everything below; held during a compile except while user code runs
   std::vector<std::unique_ptr<Snapshot>> snapshots_;  // current and retired
   std::vector<RecompileEvent> events_;
   int64_t dropped_events_ = 0;
@@ -133,6 +135,9 @@ class CompiledFunction::Impl {
   std::vector<std::thread> background_;            // async_compile jobs, joined by ~Impl
   std::vector<WatchedModule> watched_;             // watch(): guarded by every later entry
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
+  bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])
+  std::condition_variable traced_cv_;  // notified when tracing_ turns false
+  static constexpr std::chrono::milliseconds kWaitForTrace{250};
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;

@@ -11,9 +11,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -248,6 +251,64 @@ TEST_P(Hostile, TensorsWithOtherDispatchKeysMiss) {
     }
     ExpectSameAsEager(f, fn, {x, y});
   }
+}
+
+// Runs `body` on another thread and fails (ending the process: a deadlocked thread cannot be
+// joined) if it does not finish within `seconds`.
+void WithinSeconds(int seconds, const std::function<void()>& body, const std::string& what) {
+  auto done = std::async(std::launch::async, body);
+  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    std::fprintf(stderr, "%s: did not finish within %d s (deadlock)\n", what.c_str(), seconds);
+    std::fflush(stderr);
+    std::quick_exit(1);
+  }
+  done.get();
+}
+
+// Note [No lock around user code]: the function's own body may call its CompiledFunction's
+// explain(), recompiles(), guards(), mark_dynamic() and reset(), and may wait for a thread that
+// calls the function; none of that may deadlock, and results stay eager's.
+TEST_P(Hostile, ReentrantCallsFromTheBodyDoNotDeadlock) {
+  WithinSeconds(60, [&] {
+    warden::CompiledFunction* self = nullptr;
+    std::atomic<int> helper_calls{0};
+    warden::Fn fn = [&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+      const at::Tensor x = a[0].toTensor();
+      if (a[1].toBool() && self != nullptr) {
+        EXPECT_FALSE(self->explain().empty());
+        self->recompiles();
+        if (self->stats().compiles > 0) self->guards(0);
+        self->mark_dynamic(0, 0);
+        // A helper thread that calls this function while it is being traced, joined here.
+        std::thread helper([&] {
+          const at::Tensor h = torch::ones({3});
+          EXPECT_TRUE(torch::equal((*self)({h, false})[0], h * 2 + 1));
+          ++helper_calls;
+        });
+        helper.join();
+      }
+      return {x * 2 + 1};
+    };
+    warden::CompiledFunction f = warden::compile(fn, Opts(GetParam(), warden::Dynamic::kStatic));
+    self = &f;
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor x = torch::randn({2 + i});
+      EXPECT_TRUE(torch::allclose(f({x, true})[0], x * 2 + 1));
+    }
+    EXPECT_GE(helper_calls.load(), 1);
+    const warden::Stats s = f.stats();
+    EXPECT_EQ(s.cache_hits + s.compiles + s.eager_calls, s.calls);
+    // reset() from inside the body.
+    warden::Fn resetting = [&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+      self->reset();
+      return {a[0].toTensor() + 1};
+    };
+    warden::CompiledFunction g = warden::compile(resetting, Opts(GetParam(), warden::Dynamic::kStatic));
+    self = &g;
+    const at::Tensor y = torch::randn({4});
+    EXPECT_TRUE(torch::equal(g({y})[0], y + 1));
+    EXPECT_TRUE(torch::equal(g({y})[0], y + 1));
+  }, "re-entrant calls");
 }
 
 // Another device: meta tensors (shapes without storage, the only non-CPU device a CPU build of
