@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
@@ -713,6 +714,22 @@ void CompiledFunction::Impl::WarnUnwatchedModes(const tracer::Graph& g) {
 
 // --- Public API --------------------------------------------------------------------------------
 
+namespace {
+// `text` with every control character (newline, escape, DEL, ...) as \xNN.
+std::string EscapeControl(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", u);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 CompiledFunction compile(Fn fn, Options options) {
   if (!fn) throw Error("warden::compile: fn is empty");
   if (options.cache_size_limit < 0) {
@@ -723,6 +740,10 @@ CompiledFunction compile(Fn fn, Options options) {
     throw Error(absl::StrCat("warden::compile: unknown backend '", options.backend,
                              "' (registered: ", absl::StrJoin(BackendNames(), ", "), ")"));
   }
+  // Names reach stderr, explain() and the trace log: control characters are escaped, so a name
+  // cannot forge log lines or terminal escapes.
+  options.name = EscapeControl(options.name);
+  for (std::string& n : options.arg_names) n = EscapeControl(n);
   const int id = next_function_id.fetch_add(1);
   return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
 }

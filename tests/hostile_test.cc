@@ -311,6 +311,25 @@ TEST_P(Hostile, ReentrantCallsFromTheBodyDoNotDeadlock) {
   }, "re-entrant calls");
 }
 
+// A function or argument name with control characters cannot forge log lines: names are escaped
+// (\xNN) wherever they appear, stderr included.
+TEST(HostileNames, ControlCharactersInNamesAreEscaped) {
+  ScopedEnv logs("WARDEN_LOGS", "recompiles");
+  warden::Options o = Opts("aten", warden::Dynamic::kStatic);
+  o.name = "evil\nwarden: forged line\x1b[2J";
+  o.arg_names = {"x\ny", "z"};
+  auto f = warden::compile(AddMul, o);
+  testing::internal::CaptureStderr();
+  f({torch::randn({2}), torch::randn({2})});
+  f({torch::randn({3}), torch::randn({3})});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr("evil\\x0awarden: forged line\\x1b[2J"));
+  EXPECT_THAT(err, ::testing::Not(HasSubstr("\nwarden: forged line"))) << err;
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+  EXPECT_THAT(f.explain(), HasSubstr("evil\\x0awarden: forged line"));
+  EXPECT_THAT(f.recompiles().at(0).reasons.at(0), HasSubstr("tensor 'x\\x0ay'"));
+}
+
 // Another device: meta tensors (shapes without storage, the only non-CPU device a CPU build of
 // LibTorch has) after a CPU entry must miss, never run a CPU kernel on them, and give eager's
 // meta result; a mix of devices raises as eager does.
