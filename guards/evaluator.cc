@@ -52,6 +52,30 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
 // all-distinct case an or of equalities); more go through an open-addressing table on the stack,
 // which finds each one's first equal argument in O(1) expected; past kHashed (the stack budget)
 // the pairwise loop runs on the arguments directly. Any number of arguments is checked exactly.
+// True if two of the n pointers are equal, without a branch per pair: straight-line for the
+// usual small counts, the pairs loop beyond. For the all-distinct check of IdentityCheck::Holds
+// and of HitCheck's record loop (n <= 8 there).
+inline bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
+  switch (n) {
+    case 0:
+    case 1:
+      return false;
+    case 2:
+      return q[0] == q[1];
+    case 3:
+      return (q[0] == q[1]) | (q[0] == q[2]) | (q[1] == q[2]);
+    case 4:
+      return (q[0] == q[1]) | (q[0] == q[2]) | (q[0] == q[3]) | (q[1] == q[2]) | (q[1] == q[3]) | (q[2] == q[3]);
+    default: {
+      unsigned same = 0;
+      for (size_t k = 1; k < n; ++k) {
+        for (size_t p = 0; p < k; ++p) same |= static_cast<unsigned>(q[p] == q[k]);
+      }
+      return same != 0;
+    }
+  }
+}
+
 IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
   IdentityCheck id;
   for (size_t i = 0; i < same_as.size(); ++i) {
@@ -71,13 +95,7 @@ bool IdentityCheck::Holds(const c10::IValue* values) const noexcept {
   if (n <= kPairwise) {
     const c10::TensorImpl* impl[kPairwise];
     for (size_t k = 0; k < n; ++k) impl[k] = values[args[k]].unsafeToTensorImpl();
-    if (all_distinct) {
-      unsigned same = 0;
-      for (size_t k = 1; k < n; ++k) {
-        for (size_t p = 0; p < k; ++p) same |= static_cast<unsigned>(impl[p] == impl[k]);
-      }
-      return same == 0;
-    }
+    if (all_distinct) return !AnyTwoEqual(impl, n);
     for (size_t k = 0; k < n; ++k) {
       size_t first = k;
       for (size_t p = k; p-- > 0;) {
@@ -481,7 +499,6 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   // Note [Argument identity]: all records distinct, compared as the records load them.
   const c10::TensorImpl* seen[kFusedIdentity];
   size_t num_seen = 0;
-  uintptr_t same = 0;
   for (const TensorRecord& r : tensors_) {
     const c10::IValue& v = args[r.arg];
     if (!v.isTensor()) return false;
@@ -505,29 +522,7 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
       return false;
     }
   }
-  if (fused_identity_) {
-    // Straight-line for the common small counts, then the pairs loop.
-    const c10::TensorImpl* const* q = seen;
-    switch (num_seen) {
-      case 0:
-      case 1:
-        break;
-      case 2:
-        same = q[0] == q[1];
-        break;
-      case 3:
-        same = (q[0] == q[1]) | (q[0] == q[2]) | (q[1] == q[2]);
-        break;
-      case 4:
-        same = (q[0] == q[1]) | (q[0] == q[2]) | (q[0] == q[3]) | (q[1] == q[2]) | (q[1] == q[3]) | (q[2] == q[3]);
-        break;
-      default:
-        for (size_t k = 1; k < num_seen; ++k) {
-          for (size_t p = 0; p < k; ++p) same |= static_cast<uintptr_t>(q[p] == q[k]);
-        }
-    }
-    if (same != 0) return false;
-  }
+  if (fused_identity_ && AnyTwoEqual(seen, num_seen)) return false;
   if (check_identity_ && !identity_.Holds(args)) return false;
   return rest_.size() == 0 || rest_.Check(args, num_args);
 }

@@ -460,12 +460,11 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   // Note [No lock around user code]
   // The user's function runs (traced) without mu_: from inside its body it may call explain(),
   // recompiles(), guards(), reset() or mark_dynamic() on this function, which take mu_, or wait for
-  // a thread that calls this function. While it runs, tracing_ is set, and a miss on another thread
-  // runs the function eagerly instead of tracing it again or waiting (a call from inside the trace
-  // itself runs inline: tracer::IsTracing()). A concurrent miss first waits for that trace, up to
-  // kWaitForTrace (a server's threads arriving together then hit the entry it makes); past that it
-  // runs the function eagerly, which is what breaks the cycle when the traced body waits for a
-  // thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
+  // a thread that calls this function. While it runs, tracing_ is set (a call from inside the
+  // trace itself runs inline: tracer::IsTracing()). A miss on another thread waits for that trace
+  // up to kWaitForTrace (a server's threads arriving together then hit the entry it makes); past
+  // that it runs the function eagerly instead of tracing it again, which is what breaks the cycle
+  // when the traced body waits for a thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
   // so a miss that waited finds the entry: a signature is never compiled twice.
   if (tracing_) {
     lock.unlock();
@@ -572,9 +571,10 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   modules.RecordFlagsAfterCall();
   {
+    // The tensors the graph captured are those the entry's captured-tensor guards hold.
     std::vector<const c10::TensorImpl*> captured;
-    for (const tracer::Value& v : trace.graph->values) {
-      if (v.kind == tracer::ValueKind::kConstant && v.constant.defined()) captured.push_back(v.constant.unsafeGetTensorImpl());
+    for (const guards::Guard& g : entry->program.guards()) {
+      if (g.kind == guards::GuardKind::kCapturedTensor) captured.push_back(g.captured->tensor.unsafeGetTensorImpl());
     }
     std::sort(captured.begin(), captured.end());
     modules.KeepBoundTensorsIn(captured);

@@ -1040,9 +1040,7 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       }
       // The arguments outlive the call: a requires_grad_() on one that nothing read afterwards
       // must be replayed too.
-      for (const c10::IValue& a : traced_args) {
-        if (a.isTensor() && a.toTensor().defined()) CheckAutograd(*state, a.toTensor());
-      }
+      for (const at::Tensor& t : state->arg_wrappers) CheckAutograd(*state, t);
     } catch (const AbortTrace&) {
       return abandoned();
     }
