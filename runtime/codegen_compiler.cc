@@ -3,9 +3,8 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <spawn.h>
+#include <pwd.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,19 +17,20 @@
 #include <mutex>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/logging.h"
+#include "runtime/private_files.h"
+#include "runtime/subprocess.h"
 #include "tracer/status.h"
-
-extern char** environ;
 
 namespace warden::codegen {
 namespace {
 
 std::atomic<int64_t> num_compiles{0}, num_disk_hits{0}, num_discarded{0}, num_failures{0};
-std::atomic<uint64_t> temp_counter{0};
 
 // -fopenmp-simd honours `#pragma omp simd` without linking an OpenMP runtime. No -ffast-math or
 // -ffinite-math-only: NaN and Inf must behave as in ATen. -fno-math-errno lets sqrt vectorize
@@ -73,87 +73,61 @@ std::string HashHex(const std::string& data) {
   return absl::StrFormat("%016x%016x", Mix(h1), Mix(h2 ^ Mix(h1)));
 }
 
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
+constexpr int64_t kMaxLibraryBytes = int64_t{64} << 20;  // kernel libraries are tens of KB
+constexpr int64_t kMaxRecordBytes = 4096;
+
+// WARDEN_COMPILE_TIMEOUT (seconds, default 120): how long one compiler run may take.
+double CompileTimeoutSeconds() {
+  constexpr double kDefault = 120;
+  const char* env = std::getenv("WARDEN_COMPILE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return kDefault;
+  double v = 0;
+  if (absl::SimpleAtod(env, &v) && v > 0 && v <= 86400) return v;
+  runtime::WarnOnce(absl::StrCat("compile-timeout-", env),
+                    absl::StrCat("warden: WARDEN_COMPILE_TIMEOUT='", runtime::EscapeControl(env),
+                                 "' is not a number of seconds in (0, 86400]; using ", kDefault));
+  return kDefault;
 }
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::string prefix;
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    absl::StrAppend(&prefix, part, "/");
-    if (part.empty()) continue;
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create kernel cache directory ", prefix, ": ", std::strerror(errno)));
+absl::StatusOr<subprocess::Result> RunProcess(const std::vector<std::string>& args) {
+  const double timeout = CompileTimeoutSeconds();
+  auto result = subprocess::Run(args, timeout);
+  if (result.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(result.status().message(), " (WARDEN_COMPILE_TIMEOUT=", timeout, " s)"));
+  }
+  return result;
+}
+
+std::mutex dir_mu;
+std::string* dir_in_use = nullptr;  // guarded by dir_mu
+
+// The directory to keep kernels in: the configured one if it is private (Note [Private files]),
+// else a directory private to this process, with a one-time warning saying why.
+absl::StatusOr<std::string> UsableCacheDir() {
+  const std::string configured = KernelCacheDir();
+  absl::StatusOr<std::string> dir = absl::FailedPreconditionError("no cache directory configured");
+  if (!configured.empty()) {
+    dir = files::EnsurePrivateDir(configured);
+    if (!dir.ok()) {
+      auto fallback = files::ProcessPrivateDir();
+      runtime::WarnOnce(
+          absl::StrCat("cache-dir-", configured, "-", dir.status().message()),
+          absl::StrCat("warden: kernel cache refused: ", runtime::EscapeControl(std::string(dir.status().message())),
+                       "; kernels of this process are compiled into ",
+                       fallback.ok() ? *fallback : std::string("nowhere"),
+                       " and not shared (fix the directory or set WARDEN_CACHE_DIR to a private one)"));
+      dir = std::move(fallback);
     }
+  } else {
+    dir = files::ProcessPrivateDir();
   }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("kernel cache ", dir, " is not a directory"));
+  if (dir.ok()) {
+    std::lock_guard<std::mutex> lock(dir_mu);
+    if (dir_in_use == nullptr) dir_in_use = new std::string();
+    *dir_in_use = *dir;
   }
-  return absl::OkStatus();
-}
-
-std::string TempSuffix() {
-  return absl::StrCat(".tmp.", getpid(), ".", temp_counter.fetch_add(1));
-}
-
-absl::Status WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + TempSuffix();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::FailedPreconditionError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string error = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", error));
-  }
-  return absl::OkStatus();
-}
-
-// Runs argv[0] (a path) with stdin from /dev/null, collecting stdout and stderr together.
-absl::StatusOr<int> RunProcess(const std::vector<std::string>& args, std::string* output) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    return absl::FailedPreconditionError(absl::StrCat("cannot run ", args[0], ": ", std::strerror(rc)));
-  }
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n > 0) {
-      output->append(buf, n);
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return dir;
 }
 
 absl::StatusOr<std::string> FindCompiler() {
@@ -202,22 +176,25 @@ absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler, const 
   const std::string memo = absl::StrCat(cache_dir, "/compilers/", HashHex(stamp), ".id");
   std::string line;
   if (!stamp.empty()) {
-    std::ifstream in(memo);
-    std::string stored_stamp;
-    if (std::getline(in, stored_stamp) && stored_stamp == stamp && std::getline(in, line) && !line.empty()) {
-      std::lock_guard<std::mutex> lock(mu);
-      known->emplace(compiler, line);
-      return line;
+    auto stored = files::ReadPrivateFile(memo, kMaxRecordBytes);
+    if (stored.ok()) {
+      std::vector<std::string> lines = absl::StrSplit(stored->bytes, '\n');
+      if (lines.size() >= 2 && lines[0] == stamp && !lines[1].empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        known->emplace(compiler, lines[1]);
+        return lines[1];
+      }
     }
   }
-  std::string output;
-  ASSIGN_OR_RETURN(const int rc, RunProcess({compiler, "--version"}, &output));
-  if (rc != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(compiler, " --version failed (exit ", rc, "): ", output));
+  ASSIGN_OR_RETURN(const subprocess::Result run, RunProcess({compiler, "--version"}));
+  if (run.exit_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(compiler, " --version failed (exit ", run.exit_code, "): ", run.output));
   }
-  line = output.substr(0, output.find('\n'));
-  if (!stamp.empty() && MakeDirs(absl::StrCat(cache_dir, "/compilers")).ok()) {
-    WriteAtomically(memo, absl::StrCat(stamp, "\n", line, "\n")).IgnoreError();  // only a memo
+  line = run.output.substr(0, run.output.find('\n'));
+  if (line.empty()) return absl::FailedPreconditionError(absl::StrCat(compiler, " --version printed nothing"));
+  if (!stamp.empty() && files::EnsurePrivateDir(absl::StrCat(cache_dir, "/compilers")).ok()) {
+    files::WritePrivateFile(memo, absl::StrCat(stamp, "\n", line, "\n")).IgnoreError();  // only a memo
   }
   std::lock_guard<std::mutex> lock(mu);
   known->emplace(compiler, line);
@@ -239,29 +216,54 @@ const std::string& CpuFlags() {
 
 std::string KeyMarker(const std::string& key) { return absl::StrCat("warden-kernel-key:", key); }
 
-// Loads a cached or fresh library, checking that it is the one `key` names before dlopen runs
-// any of its code. A DataLoss status means the file is unusable (delete and rebuild).
-absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& path, const std::string& key,
+// The record Warden writes next to a library it compiled: "sha256 <digest> <size>".
+std::string RecordOf(const std::string& library_bytes) {
+  return absl::StrCat("sha256 ", files::Sha256Hex(library_bytes), " ", library_bytes.size(), "\n");
+}
+
+void Discard(const std::string& path, const std::string& why) {
+  unlink(path.c_str());
+  num_discarded.fetch_add(1);
+  runtime::WarnOnce(absl::StrCat("discarded-", path, "-", why),
+                    absl::StrCat("warden: discarded cached kernel library ", runtime::EscapeControl(path), ": ",
+                                 runtime::EscapeControl(why), "; rebuilding it"));
+}
+
+// Loads the library at `path` only if it is, byte for byte, the one Warden recorded when it
+// compiled it (Note [Kernel cache]): no code of an unverified file ever runs. A DataLoss status
+// means the file is unusable (delete and rebuild).
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& path, const std::string& record_path,
+                                                          const std::string& key,
                                                           const std::vector<std::string>& kernels) {
+  ASSIGN_OR_RETURN(const files::FileContents library, files::ReadPrivateFile(path, kMaxLibraryBytes));
+  auto record = files::ReadPrivateFile(record_path, kMaxRecordBytes);
+  if (!record.ok()) {
+    return absl::DataLossError(absl::StrCat("no valid record of it was written by Warden (", record.status().message(), ")"));
+  }
+  const std::string expected = RecordOf(library.bytes);
+  if (expected.size() < 70 || record->bytes != expected) {
+    return absl::DataLossError("its contents differ from what Warden recorded when it compiled it "
+                               "(truncated, corrupt or foreign file)");
+  }
   const std::string marker = KeyMarker(key);
-  {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream contents;
-    contents << in.rdbuf();
-    if (contents.str().find(marker) == std::string::npos) {
-      return absl::DataLossError(absl::StrCat(path, " is not the kernel library for key ", key,
-                                              " (truncated or foreign file)"));
-    }
+  if (library.bytes.find(marker) == std::string::npos) {
+    return absl::DataLossError(absl::StrCat("it is not the kernel library for key ", key));
   }
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* error = dlerror();
-    return absl::DataLossError(absl::StrCat("dlopen ", path, ": ", error != nullptr ? error : "?"));
+    return absl::DataLossError(absl::StrCat("dlopen: ", error != nullptr ? error : "?"));
   }
   auto fail = [&](const std::string& what) {
     dlclose(handle);
-    return absl::DataLossError(absl::StrCat(path, ": ", what));
+    return absl::DataLossError(what);
   };
+  // dlopen opened the path again: it must still be the file that was verified (only this user can
+  // replace it, Note [Private files]; a concurrent Warden process renames whole files into place).
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || st.st_dev != library.dev || st.st_ino != library.ino) {
+    return fail("it was replaced while being loaded");
+  }
   const auto* stored = static_cast<const char*>(dlsym(handle, "warden_kernel_key"));
   if (stored == nullptr || marker != stored) return fail("warden_kernel_key does not match");
   std::map<std::string, KernelFn> found;
@@ -276,48 +278,52 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& pat
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
     const std::string& source, const std::vector<std::string>& kernels) {
   ASSIGN_OR_RETURN(const std::string compiler, FindCompiler());
-  const std::string dir = KernelCacheDir();
-  RETURN_IF_ERROR(MakeDirs(dir));
+  ASSIGN_OR_RETURN(const std::string dir, UsableCacheDir());
   ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler, dir));
   const std::string key = HashHex(absl::StrCat(
-      "warden-kernel-v1", std::string(1, '\0'), source, std::string(1, '\0'), compiler,
+      "warden-kernel-v2", std::string(1, '\0'), source, std::string(1, '\0'), compiler,
       std::string(1, '\0'), identity, std::string(1, '\0'), absl::StrJoin(CompileFlags(), " "), " ",
       absl::StrJoin(LinkFlags(), " "), std::string(1, '\0'), CpuFlags()));
   const std::string base = absl::StrCat(dir, "/", key);
   const std::string so = base + ".so";
+  const std::string record = base + ".sha256";
 
-  if (FileExists(so)) {
-    auto cached = Load(so, key, kernels);
+  {
+    auto cached = Load(so, record, key, kernels);
     if (cached.ok()) {
       num_disk_hits.fetch_add(1);
       return cached;
     }
-    std::remove(so.c_str());  // corrupt or foreign: rebuild once
-    num_discarded.fetch_add(1);
+    if (cached.status().code() != absl::StatusCode::kNotFound) Discard(so, std::string(cached.status().message()));
   }
 
   const std::string cc = base + ".cc";
-  RETURN_IF_ERROR(WriteAtomically(
+  RETURN_IF_ERROR(files::WritePrivateFile(
       cc, absl::StrCat(source, "\nextern \"C\" const char warden_kernel_key[] = \"", KeyMarker(key), "\";\n")));
-  const std::string tmp = so + TempSuffix();
+  ASSIGN_OR_RETURN(const std::string tmp, files::MakeTempFile(so + ".tmp."));
+  struct RemoveTemp {
+    const std::string& path;
+    ~RemoveTemp() { unlink(path.c_str()); }
+  } remove_tmp{tmp};
   std::vector<std::string> args = {compiler};
   for (const std::string& f : CompileFlags()) args.push_back(f);
   args.insert(args.end(), {"-o", tmp, cc});
   for (const std::string& f : LinkFlags()) args.push_back(f);
-  std::string output;
-  ASSIGN_OR_RETURN(const int rc, RunProcess(args, &output));
-  if (rc != 0) {
-    std::remove(tmp.c_str());
-    constexpr size_t kMaxOutput = 4000;
-    if (output.size() > kMaxOutput) output = absl::StrCat(output.substr(0, kMaxOutput), "\n[...]");
-    return absl::InternalError(absl::StrCat(compiler, " failed (exit ", rc, ") on ", cc, ":\n", output));
+  ASSIGN_OR_RETURN(subprocess::Result run, RunProcess(args));
+  if (run.exit_code != 0) {
+    return absl::InternalError(absl::StrCat(compiler, " failed (exit ", run.exit_code, ") on ", cc, ":\n", run.output));
   }
-  if (std::rename(tmp.c_str(), so.c_str()) != 0) {
-    const std::string error = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", error));
+  // What the compiler wrote is read back through the same checks, recorded, then renamed into place.
+  auto built = files::ReadPrivateFile(tmp, kMaxLibraryBytes);
+  if (!built.ok()) {
+    return absl::InternalError(absl::StrCat(compiler, " produced no usable library: ", built.status().message()));
   }
-  ASSIGN_OR_RETURN(auto library, Load(so, key, kernels));
+  const std::string digest = RecordOf(built->bytes);
+  RETURN_IF_ERROR(files::WritePrivateFile(record, digest));
+  if (rename(tmp.c_str(), so.c_str()) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
+  }
+  ASSIGN_OR_RETURN(auto library, Load(so, record, key, kernels));
   num_compiles.fetch_add(1);
   return library;
 }
@@ -337,8 +343,20 @@ std::string KernelCacheDir() {
   const char* root = std::getenv("WARDEN_CACHE_DIR");
   if (root != nullptr && *root != '\0') return absl::StrCat(root, "/kernels");
   const char* home = std::getenv("HOME");
-  if (home != nullptr && *home != '\0') return absl::StrCat(home, "/.cache/warden/kernels");
-  return absl::StrCat("/tmp/warden-cache-", getuid(), "/kernels");
+  if (home != nullptr && *home == '/') return absl::StrCat(home, "/.cache/warden/kernels");
+  // No HOME: the user database's home directory, never a predictable shared path.
+  struct passwd pw, *found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr &&
+      found->pw_dir != nullptr && found->pw_dir[0] == '/' && std::string(found->pw_dir) != "/") {
+    return absl::StrCat(found->pw_dir, "/.cache/warden/kernels");
+  }
+  return "";
+}
+
+std::string KernelCacheDirInUse() {
+  std::lock_guard<std::mutex> lock(dir_mu);
+  return dir_in_use != nullptr ? *dir_in_use : KernelCacheDir();
 }
 
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> LoadKernels(

@@ -2,15 +2,24 @@
 // kernel cache and dlopen. Knows nothing about graphs; codegen_pointwise.h writes the source.
 //
 // Note [Kernel cache]
-// A kernel library lives in <cache>/kernels/<key>.so next to its source <key>.cc, where <cache> is
-// $WARDEN_CACHE_DIR (default ~/.cache/warden) and <key> is a 128-bit hash of the source, the
+// A kernel library lives in <dir>/<key>.so next to its source <key>.cc and its record
+// <key>.sha256, where <dir> is $WARDEN_CACHE_DIR/kernels, else ~/.cache/warden/kernels ($HOME,
+// else the user database's home directory), and <key> is a 128-bit hash of the source, the
 // compiler's resolved path and `--version` first line, the flags and the CPU's feature flags
-// (-march=native code must not be loaded on another CPU). Writes go to a file unique to the
-// process and are renamed into place, so concurrent processes never see a partial file. Every
-// library defines `warden_kernel_key` = the key; a file that does not contain it, fails dlopen or
-// lacks a symbol is deleted and rebuilt once. The compiler is $WARDEN_CXX, else `g++` from PATH.
-// Its `--version` line is memoized in <cache>/kernels/compilers/ under a stamp of the binary (resolved
-// path, inode, size, mtime), so a process that finds its kernels on disk never runs the compiler.
+// (-march=native code must not be loaded on another CPU).
+//   - <dir> must be private (Note [Private files]); one that is not is refused with a warning and
+//     the process compiles into a directory of its own instead. There is no shared fallback path.
+//   - After compiling, Warden reads the library back (a regular file of bounded size), writes the
+//     record "sha256 <digest> <size>" and renames the library into place; every file is written
+//     under an mkstemp name and renamed, so concurrent processes never see a partial file.
+//   - Before dlopen runs any code of a library, the whole file is read through one O_NOFOLLOW
+//     descriptor and must match its record and contain `warden_kernel_key` = the key; after dlopen
+//     the path must still name the file that was read, and every requested symbol must exist. A
+//     file failing any of this is deleted, reported on stderr once, and rebuilt.
+//   - The compiler is $WARDEN_CXX, else `g++` from PATH, run as Note [Spawning from a host] says,
+//     for at most $WARDEN_COMPILE_TIMEOUT seconds (default 120). Its `--version` line is memoized
+//     in <dir>/compilers/ under a stamp of the binary (resolved path, inode, size, mtime), so a
+//     process that finds its kernels on disk never runs the compiler.
 #ifndef WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 #define WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 
@@ -51,8 +60,13 @@ class KernelLibrary {
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> LoadKernels(
     const std::string& source, const std::vector<std::string>& kernels);
 
-// The directory kernel libraries go to (Note [Kernel cache]); read from the environment per call.
+// The directory kernel libraries are configured to go to (Note [Kernel cache]), read from the
+// environment per call; empty when there is no home directory (then a per-process private one).
 std::string KernelCacheDir();
+
+// The resolved directory the last compile or load used: KernelCacheDir() or, if that was refused,
+// the process's private directory.
+std::string KernelCacheDirInUse();
 
 // Process-wide counters, for tests and explain.
 struct KernelCacheStats {

@@ -180,7 +180,7 @@ void TraceCompiled(const CompiledFunction::Impl& f, const CacheEntry& e, const s
     d["compiler_runs"] = now.compiles - kernels_before.compiles;
     d["discarded"] = now.discarded - kernels_before.discarded;
     d["failures"] = now.failures - kernels_before.failures;
-    d["cache_dir"] = codegen::KernelCacheDir();
+    d["cache_dir"] = codegen::KernelCacheDirInUse();
     f.trace_->Emit("disk_cache", std::move(d));
   }
 }
@@ -714,22 +714,6 @@ void CompiledFunction::Impl::WarnUnwatchedModes(const tracer::Graph& g) {
 
 // --- Public API --------------------------------------------------------------------------------
 
-namespace {
-// `text` with every control character (newline, escape, DEL, ...) as \xNN.
-std::string EscapeControl(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      absl::StrAppendFormat(&out, "\\x%02x", u);
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-}  // namespace
-
 CompiledFunction compile(Fn fn, Options options) {
   if (!fn) throw Error("warden::compile: fn is empty");
   if (options.cache_size_limit < 0) {
@@ -742,8 +726,8 @@ CompiledFunction compile(Fn fn, Options options) {
   }
   // Names reach stderr, explain() and the trace log: control characters are escaped, so a name
   // cannot forge log lines or terminal escapes.
-  options.name = EscapeControl(options.name);
-  for (std::string& n : options.arg_names) n = EscapeControl(n);
+  options.name = runtime::EscapeControl(options.name);
+  for (std::string& n : options.arg_names) n = runtime::EscapeControl(n);
   const int id = next_function_id.fetch_add(1);
   return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
 }

@@ -1,10 +1,17 @@
 #include "runtime/logging.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
@@ -36,8 +43,35 @@ LogTopics LogTopics::FromEnv() {
   return spec == nullptr ? LogTopics{} : Parse(spec);
 }
 
+std::string EscapeControl(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", u);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Whether `bytes` more fit in stderr under RLIMIT_FSIZE: past it the kernel raises SIGXFSZ, whose
+// default action kills the host. Only a regular file has a size to exceed.
+bool StderrHasRoomFor(size_t bytes) {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return true;
+  struct stat st;
+  if (fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return true;
+  const off_t offset = lseek(STDERR_FILENO, 0, SEEK_CUR);
+  const uint64_t end = static_cast<uint64_t>(std::max<off_t>(offset, st.st_size)) + bytes + 1;
+  return end <= static_cast<uint64_t>(limit.rlim_cur);
+}
+
 void LogToStderr(const std::string& text) {
   std::lock_guard<std::mutex> lock(LogMutex());
+  std::fflush(stderr);
+  if (!StderrHasRoomFor(text.size())) return;
   std::fwrite(text.data(), 1, text.size(), stderr);
   if (text.empty() || text.back() != '\n') std::fputc('\n', stderr);
   std::fflush(stderr);

@@ -20,6 +20,10 @@ struct LogTopics {
 // Writes one message to stderr atomically with respect to other Warden messages.
 void LogToStderr(const std::string& text);
 
+// `text` with every control character (newline, escape, DEL, ...) as \xNN: names and paths that
+// reach stderr or explain() cannot forge log lines or terminal escapes.
+std::string EscapeControl(const std::string& text);
+
 // Prints `text` once per process for a given key (one-time warnings).
 void WarnOnce(const std::string& key, const std::string& text);
 

@@ -1,5 +1,6 @@
 #include "runtime/trace_log.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/logging.h"
+#include "runtime/private_files.h"
 
 namespace warden::runtime {
 namespace {
@@ -25,16 +27,33 @@ int64_t NowMicros() {
       .count();
 }
 
-// mkdir -p; true if `dir` exists afterwards.
+// mkdir -p (new directories 0700); true if `dir` exists afterwards.
 bool MakeDirs(const std::string& dir) {
   for (size_t pos = 1; pos <= dir.size(); ++pos) {
     if (pos == dir.size() || dir[pos] == '/') {
       const std::string prefix = dir.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
+      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
     }
   }
   struct stat st;
   return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// A new file of ours in `dir` (which may be shared, like /tmp): warden-<pid>.jsonl created with
+// O_EXCL | O_NOFOLLOW, mode 0600, or, if that name is taken (a planted file or symlink, or a
+// previous process with the same pid), an mkstemp name. Never opens an existing file.
+std::FILE* CreateLog(const std::string& dir, std::string* path) {
+  *path = absl::StrCat(dir, "/warden-", ::getpid(), ".jsonl");
+  int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    std::string name = absl::StrCat(dir, "/warden-", ::getpid(), "-XXXXXX.jsonl");
+    fd = ::mkostemps(name.data(), 6, O_CLOEXEC);
+    if (fd >= 0) *path = name;
+  }
+  if (fd < 0) return nullptr;
+  std::FILE* file = ::fdopen(fd, "w");
+  if (file == nullptr) ::close(fd);
+  return file;
 }
 
 nlohmann::json Argv() {
@@ -99,7 +118,7 @@ bool TraceLog::OpenLocked() {
   if (file_ != nullptr) return true;
   if (failed_) return false;
   path_ = absl::StrCat(dir_, "/warden-", ::getpid(), ".jsonl");
-  if (MakeDirs(dir_)) file_ = std::fopen(path_.c_str(), "w");
+  if (MakeDirs(dir_)) file_ = CreateLog(dir_, &path_);
   if (file_ == nullptr) {
     failed_ = true;
     WarnOnce(absl::StrCat("trace-dir-", dir_),
@@ -121,6 +140,14 @@ void TraceLog::Emit(const std::string& event, nlohmann::json fields) {
     j["pid"] = static_cast<int64_t>(::getpid());
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     line.push_back('\n');
+    // A write past RLIMIT_FSIZE would raise SIGXFSZ, which kills the host by default.
+    if (!files::WithinFileSizeLimit(bytes_ + static_cast<int64_t>(line.size()))) {
+      failed_ = truncated_ = true;
+      WarnOnce(absl::StrCat("trace-fsize-", path_),
+               absl::StrCat("warden: WARDEN_TRACE_DIR: ", path_,
+                            " reached the file size limit (RLIMIT_FSIZE); trace stops here"));
+      return size_t{0};
+    }
     if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
       failed_ = truncated_ = true;
       WarnOnce(absl::StrCat("trace-write-", path_),

@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev
+  # SHA-256 of cached kernel libraries (runtime/private_files.cc).
+  libssl-dev
   # `warden report`: graphviz draws the graphs as SVG; the HTML report test renders the page in
   # headless Chromium (about 290 MB) and needs a font for its screenshot.
   graphviz
