@@ -263,7 +263,8 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
         for (size_t k = 0; k < n; ++k) {
           values[k] = args[r.symbols[k].first].unsafeToTensorImpl()->sizes()[r.symbols[k].second];
         }
-        if (r.lhs.Evaluate(values) != r.rhs.Evaluate(values)) return false;
+        int64_t lhs, rhs;
+        if (!r.lhs.TryEvaluate(values, &lhs) || !r.rhs.TryEvaluate(values, &rhs) || lhs != rhs) return false;
         break;
       }
       case GuardKind::kStride:

@@ -330,7 +330,8 @@ bool Holds(const Guard& g, const std::vector<c10::IValue>& args) {
     for (int64_t x : v) {
       if (x < 0) return false;
     }
-    return g.lhs.Evaluate(v.data()) == g.rhs.Evaluate(v.data());
+    int64_t lhs, rhs;
+    return g.lhs.TryEvaluate(v.data(), &lhs) && g.rhs.TryEvaluate(v.data(), &rhs) && lhs == rhs;
   }
   if (g.kind == GuardKind::kSizeAtLeast) return Actual(g, args) >= g.expected;
   if (g.kind == GuardKind::kDoubleValue) {
@@ -448,8 +449,12 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
                           actual);
     case GuardKind::kSizeRelation: {
       const std::vector<int64_t> v = SymbolValues(g, args);
-      return absl::StrCat(RelationText(g, names), " failed: ", g.lhs.Evaluate(v.data()), " vs ",
-                          g.rhs.Evaluate(v.data()), " (", g.provenance, ")");
+      auto value = [&](const tracer::SymExpr& e) {
+        int64_t x;
+        return e.TryEvaluate(v.data(), &x) ? absl::StrCat(x) : std::string("(overflows int64)");
+      };
+      return absl::StrCat(RelationText(g, names), " failed: ", value(g.lhs), " vs ", value(g.rhs), " (",
+                          g.provenance, ")");
     }
     case GuardKind::kIntValue:
       return absl::StrCat("scalar '", name(g.arg), "' value mismatch. expected ", g.expected,

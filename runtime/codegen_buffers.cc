@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -75,9 +76,18 @@ Block* Acquire(size_t bytes) {
 
 at::Tensor EmptyOutput(c10::IntArrayRef sizes, at::ScalarType dtype) {
   const caffe2::TypeMeta meta = c10::scalarTypeToTypeMeta(dtype);
-  size_t numel = 1;
-  for (int64_t s : sizes) numel *= static_cast<size_t>(s);
-  const size_t bytes = numel * meta.itemsize();
+  // Checked: sizes of expanded inputs can make numel * itemsize wrap, and a wrapped byte count
+  // would be a small buffer the kernel writes past. at::empty raises eager's own error for them.
+  size_t numel = 1, bytes = 0;
+  for (int64_t s : sizes) {
+    if (s < 0 || __builtin_mul_overflow(numel, static_cast<size_t>(s), &numel)) {
+      return at::empty(sizes, at::TensorOptions().dtype(dtype));
+    }
+  }
+  if (__builtin_mul_overflow(numel, meta.itemsize(), &bytes) ||
+      bytes > static_cast<size_t>(std::numeric_limits<int64_t>::max())) {
+    return at::empty(sizes, at::TensorOptions().dtype(dtype));
+  }
   Block* b = bytes >= kPooledBytes ? Acquire(bytes) : nullptr;
   if (b == nullptr) return at::empty(sizes, at::TensorOptions().dtype(dtype));
   // As at::empty builds it (empty_generic), with a data pointer whose deleter refills the pool.

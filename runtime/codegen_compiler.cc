@@ -313,7 +313,9 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   if (run.exit_code != 0) {
     return absl::InternalError(absl::StrCat(compiler, " failed (exit ", run.exit_code, ") on ", cc, ":\n", run.output));
   }
-  // What the compiler wrote is read back through the same checks, recorded, then renamed into place.
+  // What the compiler wrote (mode from its umask) is made private, read back through the same
+  // checks, recorded, then renamed into place.
+  chmod(tmp.c_str(), 0600);
   auto built = files::ReadPrivateFile(tmp, kMaxLibraryBytes);
   if (!built.ok()) {
     return absl::InternalError(absl::StrCat(compiler, " produced no usable library: ", built.status().message()));

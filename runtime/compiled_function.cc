@@ -10,6 +10,7 @@
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
 #include "runtime/codegen_compiler.h"
+#include "runtime/compile_pool.h"
 #include "runtime/function_impl.h"
 #include "runtime/symbolic_scalars.h"
 #include "tracer/tracer.h"
@@ -213,12 +214,8 @@ CompiledFunction::Impl::Impl(Fn fn, Options options, int id)
 }
 
 CompiledFunction::Impl::~Impl() {
-  std::vector<std::thread> jobs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs.swap(background_);
-  }
-  for (std::thread& t : jobs) t.join();
+  // Queued background compiles are dropped, running ones waited for (Note [Compile pool]).
+  runtime::CompilePool::Get().Cancel(jobs_);
   if (trace_ != nullptr) {
     nlohmann::json entries = nlohmann::json::array();
     for (const auto& e : snapshot_.load()->entries) {
@@ -632,11 +629,12 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
 
 // Note [Background compile]
 // With Options::async_compile the miss that creates an entry returns the traced (eager) result at
-// once and publishes the entry with a replay ("aten") artifact; a thread owned by the function
-// compiles the real one and installs it with one atomic pointer store (ArtifactSlot). Calls before
+// once and publishes the entry with a replay ("aten") artifact; a job on the process's compile pool
+// (Note [Compile pool]) compiles the real one and installs it with one atomic pointer store (ArtifactSlot). Calls before
 // that replay the graph, calls after run the kernel; both compute what eager does, so a call never
 // sees a half-switched state. The job touches only the entry (kept alive by its shared_ptr) and
-// process-wide logging, never the function's state; ~Impl joins outstanding jobs.
+// process-wide logging, never the function's state; ~Impl drops queued jobs and waits for running
+// ones.
 void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& entry,
                                           const std::vector<std::string>& names) {
   const CompileContext context = ContextOf(*entry, options_, logs_);
@@ -659,7 +657,8 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
   runtime::TraceLog* trace = trace_;
   nlohmann::json trace_fields = trace != nullptr ? TraceFields(*this, entry->created_at_call) : nlohmann::json();
   if (trace != nullptr) trace_fields["entry"] = EntryId(*this, entry->index);
-  background_.emplace_back([entry, backend = options_.backend, context, id = id_, where, trace, trace_fields] {
+  runtime::CompilePool::Get().Submit(jobs_, [entry, backend = options_.backend, context, id = id_, where, trace,
+                                             trace_fields] {
     const TraceClock::time_point start = TraceClock::now();
     std::string error;
     try {

@@ -275,8 +275,25 @@ class CppArtifact final : public CodegenArtifact {
   // The number of elements a reduction over `shape` reduces into one.
   static int64_t ReducedSize(const KernelStep& k, c10::IntArrayRef shape) {
     int64_t n = 1;
-    for (int d = k.reduced_dim; d < k.reduced_dim + k.reduced_count; ++d) n *= shape[d];
+    for (int d = k.reduced_dim; d < k.reduced_dim + k.reduced_count; ++d) {
+      if (__builtin_mul_overflow(n, shape[d], &n)) return -1;  // refused by the callers
+    }
     return n;
+  }
+
+  // Whether a kernel may read `t`'s memory as a dense CPU array: its dispatch keys are a plain CPU
+  // tensor's, nothing more. A ZeroTensor (null data), a conjugate- or negative-bit view, a
+  // functionalization or Python wrapper, a nested, sparse, quantized or meta tensor all carry a
+  // key of their own; one mask refuses them all.
+  static bool PlainCpuKeys(const at::Tensor& t) {
+    // Raw bits: DispatchKeySet's operator- keeps backend bits, and a Meta or other backend bit
+    // must refuse too.
+    static const uint64_t kPlain = [] {
+      c10::DispatchKeySet plain({c10::DispatchKey::CPU, c10::DispatchKey::ADInplaceOrView,
+                                 c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutocastCPU});
+      return plain.raw_repr();
+    }();
+    return (t.key_set().raw_repr() & ~kPlain) == 0;
   }
 
   // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
@@ -284,8 +301,7 @@ class CppArtifact final : public CodegenArtifact {
     absl::InlinedVector<const at::Tensor*, 8> ins;
     for (const KernelInput& in : k.inputs) {
       const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || t.scalar_type() != in.dtype || !t.device().is_cpu() ||
-          t.layout() != at::kStrided || t.requires_grad() || t.is_neg() ||
+      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || t.requires_grad() ||
           t.dim() != static_cast<int64_t>(in.sizes.size())) {
         return false;
       }
@@ -297,7 +313,9 @@ class CppArtifact final : public CodegenArtifact {
     if (!k.static_layout && !SymbolicLayout(k, ins, &shape, &params)) return false;
     const c10::IntArrayRef sizes = k.static_layout ? c10::IntArrayRef(k.sizes) : c10::IntArrayRef(shape);
     int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
+    for (int64_t s : sizes) {
+      if (__builtin_mul_overflow(n, s, &n)) return false;  // replayed: ATen raises as eager does
+    }
     absl::InlinedVector<at::Tensor, 4> outs;
     for (size_t j = 0; j < k.output_dtypes.size(); ++j) {
       // Static: each output's traced sizes (a reduction's differ from the region shape).

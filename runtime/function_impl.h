@@ -19,6 +19,7 @@
 #include "guards/signature.h"
 #include "ops/shape_pass.h"
 #include "runtime/backend.h"
+#include "runtime/compile_pool.h"
 #include "runtime/logging.h"
 #include "runtime/trace_log.h"
 #include "runtime/warden.h"
@@ -132,7 +133,8 @@ class CompiledFunction::Impl {
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
   std::set<int> static_scalars_;                   // marked scalars a compile kept specialized
-  std::vector<std::thread> background_;            // async_compile jobs, joined by ~Impl
+  // async_compile jobs (Note [Compile pool]); ~Impl cancels the queued ones and waits for the rest.
+  std::shared_ptr<runtime::CompilePool::Group> jobs_ = std::make_shared<runtime::CompilePool::Group>();
   std::vector<WatchedModule> watched_;             // watch(): guarded by every later entry
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
   bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])

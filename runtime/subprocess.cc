@@ -4,9 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,16 +35,32 @@ struct ChildSpec {
   char* const* argv;
   char* const* envp;
   int out_fd;     // becomes stdout and stderr
-  int status_fd;  // close-on-exec; receives errno if exec fails
+  int status_fd;  // close-on-exec; receives Reports
 };
 
+// What the helper process reports on the status pipe.
+struct Report {
+  int kind;   // kExecFailed (value: errno) or kExited (value: wait status)
+  int value;
+};
+constexpr int kExecFailed = 1, kExited = 2;
 constexpr int kStatusFd = 3;
 
 #define WARDEN_RAW_CHILD __attribute__((no_sanitize("address", "thread", "undefined"), noinline))
 
-// Raw system calls only: this runs in the parent's memory on a borrowed stack (see the Note).
-WARDEN_RAW_CHILD int ChildMain(void* arg) {
-  const ChildSpec* spec = static_cast<const ChildSpec*>(arg);
+WARDEN_RAW_CHILD void RawExit(int code) {
+  for (;;) syscall(SYS_exit, code);
+}
+
+WARDEN_RAW_CHILD void SendReport(int kind, int value) {
+  const Report r{kind, value};
+  syscall(SYS_write, kStatusFd, &r, sizeof(r));
+}
+
+// The helper: a copy of the host (fork without an exit signal), single-threaded, making raw
+// system calls only. It resets signals, sets up descriptors, forks the compiler, waits for it
+// with SIGCHLD at its default and reports how it ended.
+WARDEN_RAW_CHILD void HelperMain(const ChildSpec* spec) {
   for (int sig = 1; sig <= 64; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     KernelSigaction old;
@@ -61,14 +75,12 @@ WARDEN_RAW_CHILD int ChildMain(void* arg) {
     syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(unsigned long));
   }
   syscall(SYS_setpgid, 0, 0);
-  long null_fd = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY);
-  if (null_fd < 0) syscall(SYS_exit, 127);
-  if (null_fd != 0 && syscall(SYS_dup3, null_fd, 0, 0) < 0) syscall(SYS_exit, 127);
-  if (syscall(SYS_dup3, spec->out_fd, 1, 0) < 0 || syscall(SYS_dup3, spec->out_fd, 2, 0) < 0) {
-    syscall(SYS_exit, 127);
-  }
+  const long null_fd = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY);
+  if (null_fd < 0) RawExit(127);
+  if (null_fd != 0 && syscall(SYS_dup3, null_fd, 0, 0) < 0) RawExit(127);
+  if (syscall(SYS_dup3, spec->out_fd, 1, 0) < 0 || syscall(SYS_dup3, spec->out_fd, 2, 0) < 0) RawExit(127);
   if (spec->status_fd != kStatusFd && syscall(SYS_dup3, spec->status_fd, kStatusFd, O_CLOEXEC) < 0) {
-    syscall(SYS_exit, 127);
+    RawExit(127);
   }
 #ifdef SYS_close_range
   if (syscall(SYS_close_range, kStatusFd + 1, ~0U, 0) != 0)
@@ -78,11 +90,30 @@ WARDEN_RAW_CHILD int ChildMain(void* arg) {
   }
   unsigned long empty_mask = 0;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_mask, nullptr, sizeof(unsigned long));
-  syscall(SYS_execve, spec->path, spec->argv, spec->envp);
-  int error = errno;
-  syscall(SYS_write, kStatusFd, &error, sizeof(error));
-  syscall(SYS_exit, 127);
-  return 127;
+  const long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);  // fork
+  if (pid == 0) {
+    syscall(SYS_execve, spec->path, spec->argv, spec->envp);
+    SendReport(kExecFailed, errno);
+    RawExit(127);
+  }
+  if (pid < 0) {
+    SendReport(kExecFailed, errno);
+    RawExit(127);
+  }
+  int status = 0;
+  while (syscall(SYS_wait4, pid, &status, 0, nullptr) < 0) {
+    if (errno != EINTR) RawExit(127);
+  }
+  SendReport(kExited, status);
+  RawExit(0);
+}
+
+// Forks the helper. Its exit signal is 0, so the host's SIGCHLD setup never reaps it (it never
+// execs, which would reset the exit signal to SIGCHLD).
+WARDEN_RAW_CHILD long ForkHelper(const ChildSpec* spec) {
+  const long pid = syscall(SYS_clone, 0, 0, 0, 0, 0);
+  if (pid == 0) HelperMain(spec);
+  return pid;
 }
 
 // A close-on-exec pipe whose ends are not 0, 1 or 2 (a host may have closed its stdio).
@@ -136,43 +167,28 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
   }
   ChildSpec spec{argv[0], argv.data(), environ, out[1], status[1]};
 
-  constexpr size_t kStack = 256 * 1024;
-  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   pid_t pid = -1;
-  int clone_error = 0;
-  if (stack != MAP_FAILED) {
-    // Every signal is blocked across the clone, so no host handler can run on the child's side
-    // before it has reset them; the child unblocks them just before exec.
+  int fork_error = 0;
+  {
+    // Every signal is blocked across the fork, so no host handler runs in the helper before it
+    // has reset them; it unblocks them before forking the compiler.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid = clone(ChildMain, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK, &spec);
-    clone_error = errno;
+    pid = static_cast<pid_t>(ForkHelper(&spec));
+    fork_error = errno;
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    munmap(stack, kStack);
-  } else {
-    clone_error = errno;
   }
   close(out[1]);
   close(status[1]);
   if (pid < 0) {
     close(out[0]);
     close(status[0]);
-    return absl::FailedPreconditionError(absl::StrCat("cannot run ", args[0], ": ", std::strerror(clone_error)));
-  }
-  int exec_error = 0;
-  ssize_t n;
-  do {
-    n = read(status[0], &exec_error, sizeof(exec_error));
-  } while (n < 0 && errno == EINTR);
-  close(status[0]);
-  if (n == sizeof(exec_error)) {
-    close(out[0]);
-    Reap(pid);
-    return absl::FailedPreconditionError(absl::StrCat("cannot run ", args[0], ": ", std::strerror(exec_error)));
+    return absl::FailedPreconditionError(absl::StrCat("cannot run ", args[0], ": ", std::strerror(fork_error)));
   }
 
   Result result;
+  ssize_t n = 0;
   bool truncated = false, timed_out = false;
   char buf[4096];
   for (;;) {
@@ -197,23 +213,50 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
   while (!timed_out) {
     int st = 0;
     const pid_t r = waitpid(pid, &st, WNOHANG | __WALL);
-    if (r == pid) {
-      result.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-      kill(-pid, SIGKILL);  // anything the driver left behind in its group
-      if (truncated) absl::StrAppend(&result.output, "\n[...]");
-      return result;
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      close(status[0]);
+      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
     }
-    if (r < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
     if (Clock::now() >= deadline) {
       timed_out = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  Kill(pid);
-  Reap(pid);
-  return absl::DeadlineExceededError(absl::StrCat(args[0], " did not finish within ", timeout_seconds,
-                                                  " s and was killed"));
+  if (timed_out) {
+    close(status[0]);
+    Kill(pid);
+    Reap(pid);
+    return absl::DeadlineExceededError(
+        absl::StrCat(args[0], " did not finish within ", timeout_seconds, " s and was killed"));
+  }
+  kill(-pid, SIGKILL);  // anything the compiler left behind in its process group
+  // The helper has exited: its reports are all in the pipe.
+  Report reports[2];
+  size_t got = 0;
+  for (;;) {
+    n = read(status[0], reinterpret_cast<char*>(reports) + got, sizeof(reports) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(status[0]);
+  bool exited = false;
+  for (size_t i = 0; i < got / sizeof(Report); ++i) {
+    if (reports[i].kind == kExecFailed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot run ", args[0], ": ", std::strerror(reports[i].value)));
+    }
+    if (reports[i].kind == kExited) {
+      const int st = reports[i].value;
+      result.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+      exited = true;
+    }
+  }
+  if (!exited) return absl::InternalError(absl::StrCat("cannot run ", args[0], ": the spawning helper failed"));
+  if (truncated) absl::StrAppend(&result.output, "\n[...]");
+  return result;
 }
 
 }  // namespace warden::subprocess

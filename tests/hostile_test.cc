@@ -253,6 +253,36 @@ TEST_P(Hostile, TensorsWithOtherDispatchKeysMiss) {
   }
 }
 
+// Sizes whose element count times the item size overflows (an expand to [2^60 + 2^18, 4]) under
+// a dynamic entry: eager raises "Storage size calculation overflowed"; so must Warden, instead of
+// allocating a wrapped byte count and writing past it.
+TEST_P(Hostile, SizeOverflowRaisesAsEager) {
+  warden::Fn fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {(a[0].toTensor() + 1).tanh()};
+  };
+  auto f = warden::compile(fn, Opts(GetParam(), warden::Dynamic::kDynamic));
+  const at::Tensor one = torch::randn({1, 1});
+  ExpectSameAsEager(f, fn, {one.expand({3, 4})});
+  ExpectSameAsEager(f, fn, {one.expand({5, 4})});
+  const int64_t huge = (int64_t{1} << 60) + (int64_t{1} << 18);
+  ExpectSameAsEager(f, fn, {one.expand({huge, 4})});
+  ExpectSameAsEager(f, fn, {one.expand({huge, 4})});
+  ExpectSameAsEager(f, fn, {one.expand({7, 4})});
+}
+
+// Tensors with keys of their own made inside the function (a ZeroTensor has no data; a
+// negative-bit view's memory holds the un-negated values): no fused kernel reads them as dense.
+TEST_P(Hostile, UnusualIntermediatesNeverReachKernels) {
+  warden::Fn fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const at::Tensor z = at::_efficientzerotensor(x.sizes(), x.options());
+    const at::Tensor n = at::_neg_view(x * 3);
+    return {((x + z) * 2 + n).tanh(), (z * x + 1).sigmoid()};
+  };
+  auto f = warden::compile(fn, Opts(GetParam()));
+  for (int i = 0; i < 3; ++i) ExpectSameAsEager(f, fn, {torch::randn({16, 8})});
+}
+
 // Runs `body` on another thread and fails (ending the process: a deadlocked thread cannot be
 // joined) if it does not finish within `seconds`.
 void WithinSeconds(int seconds, const std::function<void()>& body, const std::string& what) {
@@ -543,6 +573,47 @@ TEST(CacheFaults, CompilerKilledMidCompile) {
   ScopedEnv real("WARDEN_CXX", "g++");
   ExpectServesCorrectly();
   EXPECT_EQ(CountFiles(root, ".so"), 1);
+}
+
+int ThreadCount() {
+  int n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
+// async_compile runs its jobs on a bounded pool (Note [Compile pool]), not one thread per entry:
+// twelve entries whose compiles each take a second never run more than its workers at once.
+TEST(Resources, AsyncCompileUsesABoundedPool) {
+  const std::string root = CacheRoot("async-pool");
+  ScopedEnv env("WARDEN_CACHE_DIR", root);
+  const std::string slow = root + "/slow-cxx";
+  std::ofstream(slow) << "#!/bin/sh\nsleep 1\nexec g++ \"$@\"\n";
+  fs::permissions(slow, fs::perms::owner_all);
+  ScopedEnv cxx("WARDEN_CXX", slow);
+  warden::Options o = Opts("cpp", warden::Dynamic::kStatic);
+  o.async_compile = true;
+  o.cache_size_limit = 64;
+  const int before = ThreadCount();
+  int most = before;
+  {
+    auto f = warden::compile(AddMul, o);
+    for (int n = 1; n <= 12; ++n) {
+      const at::Tensor x = torch::randn({n}), y = torch::randn({n});
+      ExpectEqual(f({x, y}), AddMul({x, y}));
+      most = std::max(most, ThreadCount());
+    }
+    for (int i = 0; i < 50; ++i) {
+      most = std::max(most, ThreadCount());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (int n = 1; n <= 12; ++n) {
+      const at::Tensor x = torch::randn({n}), y = torch::randn({n});
+      ExpectEqual(f({x, y}), AddMul({x, y}));
+    }
+    EXPECT_EQ(f.stats().compiles, 12);
+  }  // destruction drops the queued compiles and waits for the running ones
+  EXPECT_LE(most - before, 2) << "background compiles ran on " << most - before << " new threads";
 }
 
 // Two processes compiling the same kernel into one cache at the same time.

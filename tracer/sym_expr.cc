@@ -133,13 +133,26 @@ SymExpr SymExpr::Substitute(int id, const SymExpr& by) const {
 }
 
 int64_t SymExpr::Evaluate(const int64_t* values) const {
+  uint64_t total = 0;
+  for (const auto& [m, c] : terms_) {
+    uint64_t v = static_cast<uint64_t>(c);
+    for (int s : m) v *= static_cast<uint64_t>(values[s]);
+    total += v;
+  }
+  return static_cast<int64_t>(total);
+}
+
+bool SymExpr::TryEvaluate(const int64_t* values, int64_t* out) const {
   int64_t total = 0;
   for (const auto& [m, c] : terms_) {
     int64_t v = c;
-    for (int s : m) v *= values[s];
-    total += v;
+    for (int s : m) {
+      if (__builtin_mul_overflow(v, values[s], &v)) return false;
+    }
+    if (__builtin_add_overflow(total, v, &total)) return false;
   }
-  return total;
+  *out = total;
+  return true;
 }
 
 std::string SymExpr::ToString() const {

@@ -45,8 +45,13 @@ class SymExpr {
   // Replaces symbol `id` by `by` and re-canonicalizes.
   SymExpr Substitute(int id, const SymExpr& by) const;
 
-  // Value for concrete symbol values (values[id]); allocation-free.
+  // Value for concrete symbol values (values[id]); allocation-free. Wraps on int64 overflow: for
+  // values already known to be in range (traced sizes) and for display.
   int64_t Evaluate(const int64_t* values) const;
+
+  // The same, false if any product or sum overflows int64 (sizes of expanded tensors can reach
+  // 2^62): guards compare with this, so a wrapped value never makes a relation hold.
+  bool TryEvaluate(const int64_t* values, int64_t* out) const;
 
   // "s0*s1 + 2", or with a namer "arg0.size(0)*arg1.size(1) + 2".
   std::string ToString() const;

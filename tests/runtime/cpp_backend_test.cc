@@ -29,6 +29,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/warden.h"
+#include "tests/scoped_env.h"
 #include "tracer/tracer.h"
 
 extern char** environ;
@@ -52,31 +53,7 @@ Options Cpp(const std::string& name = "fn") {
   return o;
 }
 
-// Sets an environment variable for the scope, restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using warden::test_util::ScopedEnv;
 
 // A fresh WARDEN_CACHE_DIR, removed at the end of the scope.
 class ScopedCacheDir {

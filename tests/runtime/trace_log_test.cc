@@ -3,9 +3,11 @@
 // written when the variable is unset.
 #include <dirent.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -168,7 +170,13 @@ TEST(TraceLog, RecordsTheEndOfABackgroundCompile) {
     CompiledFunction f = compile(
         [](const Args& a) -> std::vector<at::Tensor> { return {(a[0].toTensor() * 2).tanh()}; }, o);
     f({torch::ones({8})});
-  }  // destruction joins the background job
+    // Destruction would drop a job still queued (Note [Compile pool]): wait for it to finish.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (f.explain().find(": backend cpp, created") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   unsetenv("WARDEN_TRACE_DIR");
   const std::vector<std::string> files = Files(dir);
   ASSERT_EQ(files.size(), 1u);
