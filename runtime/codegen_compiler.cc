@@ -229,9 +229,46 @@ void Discard(const std::string& path, const std::string& why) {
                                  runtime::EscapeControl(why), "; rebuilding it"));
 }
 
-// Loads the library at `path` only if it is, byte for byte, the one Warden recorded when it
-// compiled it (Note [Kernel cache]): no code of an unverified file ever runs. A DataLoss status
-// means the file is unusable (delete and rebuild).
+// dlopens `path`, whose bytes were read and verified as `library`, and resolves `kernels`. The
+// library is reported under `name` (its place in the cache). Aborted if `path` no longer names
+// the file that was read (a concurrent Warden process renamed a fresh build over it: retry).
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> OpenVerified(const std::string& path,
+                                                                  const files::FileContents& library,
+                                                                  const std::string& name, const std::string& key,
+                                                                  const std::vector<std::string>& kernels) {
+  const std::string marker = KeyMarker(key);
+  if (library.bytes.find(marker) == std::string::npos) {
+    return absl::DataLossError(absl::StrCat("it is not the kernel library for key ", key));
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    return absl::DataLossError(absl::StrCat("dlopen: ", error != nullptr ? error : "?"));
+  }
+  auto fail = [&](absl::Status status) {
+    dlclose(handle);
+    return status;
+  };
+  // dlopen opened the path again: it must still be the file that was verified (only this user can
+  // replace it, Note [Private files]; a concurrent Warden process renames whole files into place).
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || st.st_dev != library.dev || st.st_ino != library.ino) {
+    return fail(absl::AbortedError("it was replaced while being loaded"));
+  }
+  const auto* stored = static_cast<const char*>(dlsym(handle, "warden_kernel_key"));
+  if (stored == nullptr || marker != stored) return fail(absl::DataLossError("warden_kernel_key does not match"));
+  std::map<std::string, KernelFn> found;
+  for (const std::string& kernel : kernels) {
+    void* sym = dlsym(handle, kernel.c_str());
+    if (sym == nullptr) return fail(absl::DataLossError(absl::StrCat("missing symbol ", kernel)));
+    found[kernel] = reinterpret_cast<KernelFn>(sym);
+  }
+  return std::shared_ptr<const KernelLibrary>(new KernelLibrary(handle, name, std::move(found)));
+}
+
+// Loads the cached library at `path` only if it is, byte for byte, the one Warden recorded when
+// it compiled it (Note [Kernel cache]): no code of an unverified file ever runs. NotFound: not
+// cached; Aborted: replaced concurrently (retry); DataLoss: unusable (delete and rebuild).
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& path, const std::string& record_path,
                                                           const std::string& key,
                                                           const std::vector<std::string>& kernels) {
@@ -245,34 +282,7 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& pat
     return absl::DataLossError("its contents differ from what Warden recorded when it compiled it "
                                "(truncated, corrupt or foreign file)");
   }
-  const std::string marker = KeyMarker(key);
-  if (library.bytes.find(marker) == std::string::npos) {
-    return absl::DataLossError(absl::StrCat("it is not the kernel library for key ", key));
-  }
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    return absl::DataLossError(absl::StrCat("dlopen: ", error != nullptr ? error : "?"));
-  }
-  auto fail = [&](const std::string& what) {
-    dlclose(handle);
-    return absl::DataLossError(what);
-  };
-  // dlopen opened the path again: it must still be the file that was verified (only this user can
-  // replace it, Note [Private files]; a concurrent Warden process renames whole files into place).
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || st.st_dev != library.dev || st.st_ino != library.ino) {
-    return fail("it was replaced while being loaded");
-  }
-  const auto* stored = static_cast<const char*>(dlsym(handle, "warden_kernel_key"));
-  if (stored == nullptr || marker != stored) return fail("warden_kernel_key does not match");
-  std::map<std::string, KernelFn> found;
-  for (const std::string& name : kernels) {
-    void* sym = dlsym(handle, name.c_str());
-    if (sym == nullptr) return fail(absl::StrCat("missing symbol ", name));
-    found[name] = reinterpret_cast<KernelFn>(sym);
-  }
-  return std::shared_ptr<const KernelLibrary>(new KernelLibrary(handle, path, std::move(found)));
+  return OpenVerified(path, library, path, key, kernels);
 }
 
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
@@ -288,13 +298,15 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   const std::string so = base + ".so";
   const std::string record = base + ".sha256";
 
-  {
+  for (int attempt = 0; attempt < 3; ++attempt) {
     auto cached = Load(so, record, key, kernels);
     if (cached.ok()) {
       num_disk_hits.fetch_add(1);
       return cached;
     }
+    if (cached.status().code() == absl::StatusCode::kAborted) continue;  // renamed over: read again
     if (cached.status().code() != absl::StatusCode::kNotFound) Discard(so, std::string(cached.status().message()));
+    break;
   }
 
   const std::string cc = base + ".cc";
@@ -320,12 +332,14 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   if (!built.ok()) {
     return absl::InternalError(absl::StrCat(compiler, " produced no usable library: ", built.status().message()));
   }
-  const std::string digest = RecordOf(built->bytes);
-  RETURN_IF_ERROR(files::WritePrivateFile(record, digest));
+  // Loaded from the temporary name, so a concurrent build of the same key renaming its own file
+  // into place cannot swap it; the record and the name follow.
+  files::SyncFile(tmp);  // on disk before its name and record say it is complete
+  ASSIGN_OR_RETURN(auto library, OpenVerified(tmp, *built, so, key, kernels));
+  RETURN_IF_ERROR(files::WritePrivateFile(record, RecordOf(built->bytes)));
   if (rename(tmp.c_str(), so.c_str()) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
   }
-  ASSIGN_OR_RETURN(auto library, Load(so, record, key, kernels));
   num_compiles.fetch_add(1);
   return library;
 }

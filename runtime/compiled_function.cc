@@ -11,6 +11,7 @@
 #include "runtime/codegen_artifact.h"
 #include "runtime/codegen_compiler.h"
 #include "runtime/compile_pool.h"
+#include "runtime/hazard.h"
 #include "runtime/function_impl.h"
 #include "runtime/symbolic_scalars.h"
 #include "tracer/tracer.h"
@@ -271,8 +272,20 @@ void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntr
     g.index = guards::SignatureIndex(signatures);
   }
   snapshot_.store(snap.get(), std::memory_order_release);
-  snapshots_.push_back(std::move(snap));
+  if (current_ != nullptr) retired_.push_back(std::move(current_));
+  current_ = std::move(snap);
+  // Free the retired snapshots no hot-path reader holds (Note [Reclaiming snapshots]).
+  std::vector<const void*> held;
+  if (!retired_.empty() && runtime::hazard::Scan(overflow_readers_, &held)) {
+    retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                  [&](const std::unique_ptr<Snapshot>& r) {
+                                    return std::find(held.begin(), held.end(), r.get()) == held.end();
+                                  }),
+                   retired_.end());
+  }
 }
+
+size_t CompiledFunction::Impl::RetiredSnapshots() const { return retired_.size(); }
 
 void CompiledFunction::Impl::RecordEvent(RecompileEvent event) {
   if (events_.size() >= kMaxEvents) {
@@ -366,24 +379,27 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
   // Lookup hashes, per signature mask (usually one or two per function), only the properties on
   // which that mask's entries differ (none for a single entry), so its cost does not grow with the
   // number of entries; each candidate's HitCheck then enforces every guard of the entry.
-  const Snapshot* snap = snapshot_.load(std::memory_order_acquire);
   std::vector<std::pair<int, std::string>> value_failures;  // allocates only on a failure
-  for (const Snapshot::Group& group : snap->groups) {
-    const guards::SignatureIndex::Range candidates = group.index.Candidates(args.data(), args.size());
-    for (const uint32_t* c = candidates.begin; c != candidates.end; ++c) {
-      const CacheEntry* e = group.entries[*c];
-      if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check()) continue;
-      std::vector<at::Tensor> outputs;
-      std::string failure;
-      if (e->artifact->Run(args, &outputs, &failure)) {
-        if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
-        // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
-        // hot path) that may undercount when threads hit the same entry at once.
-        e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        e->last_used.store(call_index, std::memory_order_relaxed);
-        return outputs;
+  {
+    // The snapshot, its entries and their artifacts stay alive while the reader holds it.
+    const runtime::hazard::Reader<Snapshot> reader(snapshot_, overflow_readers_);
+    for (const Snapshot::Group& group : reader.get()->groups) {
+      const guards::SignatureIndex::Range candidates = group.index.Candidates(args.data(), args.size());
+      for (const uint32_t* c = candidates.begin; c != candidates.end; ++c) {
+        const CacheEntry* e = group.entries[*c];
+        if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check()) continue;
+        std::vector<at::Tensor> outputs;
+        std::string failure;
+        if (e->artifact->Run(args, &outputs, &failure)) {
+          if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
+          // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
+          // hot path) that may undercount when threads hit the same entry at once.
+          e->hits.store(e->hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+          e->last_used.store(call_index, std::memory_order_relaxed);
+          return outputs;
+        }
+        value_failures.emplace_back(e->index, std::move(failure));
       }
-      value_failures.emplace_back(e->index, std::move(failure));
     }
   }
   return Miss(args, call_index, {value_failures.begin(), value_failures.end()});

@@ -82,8 +82,9 @@ struct CacheEntry {
   mutable std::atomic<int64_t> hits{0};
 };
 
-// What the hot path reads: never modified after publication. Old snapshots are retired, not
-// freed, until the function is destroyed, so a reader never sees freed memory without a lock.
+// What the hot path reads: never modified after publication. A replaced snapshot is retired and
+// freed once no reader holds it (Note [Reclaiming snapshots] in runtime/hazard.h); entries it alone
+// held go with it.
 struct Snapshot {
   std::vector<std::shared_ptr<const CacheEntry>> entries;  // newest first
 
@@ -112,6 +113,7 @@ class CompiledFunction::Impl {
   runtime::TraceLog* trace_;  // WARDEN_TRACE_DIR at compile(); null: no trace (Note [Trace events])
 
   std::atomic<const Snapshot*> snapshot_{nullptr};
+  std::atomic<int> overflow_readers_{0};  // hot-path readers without a hazard slot (hazard.h)
   // Cache hits are derived, so that a hit pays one locked add (calls_), not two: every call that
   // leaves the hot path (Miss, or a call from inside another trace) counts in slow_calls_, and a
   // Miss that finds an entry another thread just compiled counts in slow_hits_. Exact once calls
@@ -124,7 +126,8 @@ class CompiledFunction::Impl {
   }
 
   mutable std::mutex mu_;  // guards everything below; held during a compile except while user code runs
-  std::vector<std::unique_ptr<Snapshot>> snapshots_;  // current and retired
+  std::unique_ptr<Snapshot> current_;                 // what snapshot_ points to
+  std::vector<std::unique_ptr<Snapshot>> retired_;    // replaced, possibly still being read
   std::vector<RecompileEvent> events_;
   int64_t dropped_events_ = 0;
   int next_entry_index_ = 0;
@@ -145,6 +148,7 @@ class CompiledFunction::Impl {
   std::vector<std::string> ArgNames(size_t n) const;
   std::vector<std::shared_ptr<const CacheEntry>> EntriesMru() const;  // requires mu_
   void Publish(std::vector<std::shared_ptr<const CacheEntry>> entries);  // requires mu_
+  size_t RetiredSnapshots() const;                                       // requires mu_ (tests)
 
  private:
   std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,

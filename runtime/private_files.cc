@@ -190,6 +190,15 @@ absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t ma
   return out;
 }
 
+bool SyncFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  const bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fsync(fd) == 0;
+  close(fd);
+  return ok;
+}
+
 bool WithinFileSizeLimit(int64_t end_offset) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return true;

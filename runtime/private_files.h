@@ -60,6 +60,9 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view bytes);
 // mode 0600, closed again. The caller removes it.
 absl::StatusOr<std::string> MakeTempFile(const std::string& prefix);
 
+// fsync()s the regular file at `path` (opened with O_NOFOLLOW); false if that fails.
+bool SyncFile(const std::string& path);
+
 // Whether a file may grow to `end_offset` bytes without passing RLIMIT_FSIZE (no SIGXFSZ).
 bool WithinFileSizeLimit(int64_t end_offset);
 

@@ -2,6 +2,8 @@
 // per process with the expected events and call indexes, the cap truncates it, and nothing is
 // written when the variable is unset.
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -213,6 +215,38 @@ TEST(TraceLog, StopsAtTheSizeCapWithOneTruncatedEvent) {
   EXPECT_EQ(events.back()["event"], "truncated");
   EXPECT_EQ(events.back()["max_bytes"], 6000);
   EXPECT_LT(CallsOf(events, "compile_end").size(), 38u);
+}
+
+// The trace directory may be shared (like /tmp): a symlink planted at the log's name, pointing at
+// another file, is never followed; the log goes to a fresh mkstemp name instead, mode 0600.
+TEST(TraceLog, NeverWritesThroughAPlantedSymlink) {
+  const std::string dir = TempDir("trace_planted");
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string victim = TempDir("trace_planted_victim.txt");
+  { std::ofstream(victim) << "precious"; }
+  const std::string planted = dir + "/warden-" + std::to_string(getpid()) + ".jsonl";
+  ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
+  setenv("WARDEN_TRACE_DIR", dir.c_str(), 1);
+  {
+    CompiledFunction f = compile(
+        [](const Args& a) -> std::vector<at::Tensor> { return {torch::relu(a[0].toTensor() + 1)}; },
+        Static("planted", 8));
+    f({torch::ones({3})});
+  }
+  unsetenv("WARDEN_TRACE_DIR");
+  std::ifstream in(victim);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious") << "the trace log was written through a planted symlink";
+  int logs = 0;
+  for (const std::string& path : Files(dir)) {
+    struct stat st;
+    ASSERT_EQ(lstat(path.c_str(), &st), 0);
+    if (S_ISLNK(st.st_mode)) continue;
+    ++logs;
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_THAT(CallsOf(Events(path), "compile_end"), ::testing::ElementsAre(0));
+  }
+  EXPECT_EQ(logs, 1);
 }
 
 TEST(TraceLog, OffWhenTheVariableIsUnset) {
