@@ -139,7 +139,10 @@ absl::StatusOr<std::string> FindCompiler() {
   }
   const char* path = std::getenv("PATH");
   for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':')) {
-    const std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", name);
+    // Only absolute entries: an empty or relative one would run whatever `g++` sits in the
+    // current directory (a shared /tmp, say).
+    if (dir.empty() || dir[0] != '/') continue;
+    const std::string candidate = absl::StrCat(dir, "/", name);
     struct stat st;
     if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0) {
       return candidate;
@@ -221,7 +224,12 @@ std::string RecordOf(const std::string& library_bytes) {
   return absl::StrCat("sha256 ", files::Sha256Hex(library_bytes), " ", library_bytes.size(), "\n");
 }
 
-void Discard(const std::string& path, const std::string& why) {
+// Deletes the unusable file at `path`, unless what is there now is not the file that failed (dev
+// and ino of the file read; 0 if none was read: a symlink, FIFO or the like, always deleted), which
+// happens when a concurrent build renamed a good library into place meanwhile.
+void Discard(const std::string& path, const std::string& why, uint64_t dev, uint64_t ino) {
+  struct stat st;
+  if (ino != 0 && (lstat(path.c_str(), &st) != 0 || st.st_dev != dev || st.st_ino != ino)) return;
   unlink(path.c_str());
   num_discarded.fetch_add(1);
   runtime::WarnOnce(absl::StrCat("discarded-", path, "-", why),
@@ -271,8 +279,11 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> OpenVerified(const std::str
 // cached; Aborted: replaced concurrently (retry); DataLoss: unusable (delete and rebuild).
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& path, const std::string& record_path,
                                                           const std::string& key,
-                                                          const std::vector<std::string>& kernels) {
+                                                          const std::vector<std::string>& kernels,
+                                                          uint64_t* dev, uint64_t* ino) {
   ASSIGN_OR_RETURN(const files::FileContents library, files::ReadPrivateFile(path, kMaxLibraryBytes));
+  *dev = library.dev;
+  *ino = library.ino;
   auto record = files::ReadPrivateFile(record_path, kMaxRecordBytes);
   if (!record.ok()) {
     return absl::DataLossError(absl::StrCat("no valid record of it was written by Warden (", record.status().message(), ")"));
@@ -299,14 +310,16 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   const std::string record = base + ".sha256";
 
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto cached = Load(so, record, key, kernels);
+    uint64_t dev = 0, ino = 0;
+    auto cached = Load(so, record, key, kernels, &dev, &ino);
     if (cached.ok()) {
       num_disk_hits.fetch_add(1);
       return cached;
     }
-    if (cached.status().code() == absl::StatusCode::kAborted) continue;  // renamed over: read again
-    if (cached.status().code() != absl::StatusCode::kNotFound) Discard(so, std::string(cached.status().message()));
-    break;
+    const absl::StatusCode code = cached.status().code();
+    if (code == absl::StatusCode::kAborted) continue;  // renamed over while loading: read again
+    if (code == absl::StatusCode::kDataLoss) Discard(so, std::string(cached.status().message()), dev, ino);
+    break;  // NotFound, Unavailable (no descriptors): compile, and the rename replaces the file
   }
 
   const std::string cc = base + ".cc";

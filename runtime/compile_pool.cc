@@ -2,6 +2,7 @@
 #include "runtime/compile_pool.h"
 
 #include <algorithm>
+#include <system_error>
 
 namespace warden::runtime {
 
@@ -17,12 +18,16 @@ void CompilePool::Submit(const std::shared_ptr<Group>& group, std::function<void
   }
   std::lock_guard<std::mutex> lock(mu_);
   queue_.emplace_back(group, std::move(job));
-  if (idle_workers_ == 0 && workers_ < kWorkers) {
-    ++workers_;
-    std::thread([this] { Work(); }).detach();
-  } else {
-    ready_.notify_one();
+  // A worker per queued job, up to kWorkers: jobs submitted together run together.
+  if (queue_.size() > static_cast<size_t>(idle_workers_) && workers_ < kWorkers) {
+    try {
+      std::thread([this] { Work(); }).detach();
+      ++workers_;
+    } catch (const std::system_error&) {
+      // No thread now: an existing worker, or the next Submit, takes the job.
+    }
   }
+  ready_.notify_one();
 }
 
 void CompilePool::Cancel(const std::shared_ptr<Group>& group) {

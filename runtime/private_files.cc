@@ -153,6 +153,9 @@ absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t ma
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
     if (errno == ELOOP) return absl::DataLossError(absl::StrCat(path, " is a symlink"));
+    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+      return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", Errno()));
+    }
     return absl::DataLossError(absl::StrCat("cannot open ", path, ": ", Errno()));
   }
   struct Closer {

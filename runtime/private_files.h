@@ -47,9 +47,9 @@ struct FileContents {
 };
 
 // Reads `path` if it is a regular file owned by the effective user, not writable by group or
-// others, of at most `max_bytes`. NotFound if nothing is there; DataLoss (saying why) if something
-// is there that must not be trusted: a symlink, FIFO, device, directory, another user's file, or an
-// oversized one.
+// others, of at most `max_bytes`. NotFound if nothing is there; Unavailable if it cannot be opened
+// for want of descriptors or memory; DataLoss (saying why) if something is there that must not be
+// trusted: a symlink, FIFO, device, directory, another user's file, or an oversized one.
 absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t max_bytes);
 
 // Writes `bytes` to `path` atomically (mkstemp + fsync + rename, mode 0600). Fails cleanly,

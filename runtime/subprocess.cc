@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,7 +66,8 @@ WARDEN_RAW_CHILD void HelperMain(const ChildSpec* spec) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     KernelSigaction old;
     if (syscall(SYS_rt_sigaction, sig, nullptr, &old, sizeof(unsigned long)) != 0) continue;
-    if (old.handler == SIG_DFL) continue;
+    // SIGCHLD always: SA_NOCLDWAIT auto-reaps even with the default handler.
+    if (old.handler == SIG_DFL && sig != SIGCHLD) continue;
     if (old.handler == SIG_IGN && sig != SIGCHLD && sig != SIGPIPE && sig != SIGXFSZ) continue;
     KernelSigaction dfl;
     dfl.handler = SIG_DFL;
@@ -86,7 +88,12 @@ WARDEN_RAW_CHILD void HelperMain(const ChildSpec* spec) {
   if (syscall(SYS_close_range, kStatusFd + 1, ~0U, 0) != 0)
 #endif
   {
-    for (int fd = kStatusFd + 1; fd < 65536; ++fd) syscall(SYS_close, fd);
+    struct KernelRlimit {
+      unsigned long long cur, max;
+    } nofile = {65536, 65536};
+    syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, nullptr, &nofile);
+    const unsigned long long last = nofile.cur > (1ull << 20) ? (1ull << 20) : nofile.cur;
+    for (unsigned long long fd = kStatusFd + 1; fd < last; ++fd) syscall(SYS_close, fd);
   }
   unsigned long empty_mask = 0;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_mask, nullptr, sizeof(unsigned long));
@@ -167,6 +174,8 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
   }
   ChildSpec spec{argv[0], argv.data(), environ, out[1], status[1]};
 
+  Result result;
+  result.output.reserve(max_output);  // no allocation while the helper runs
   pid_t pid = -1;
   int fork_error = 0;
   {
@@ -186,9 +195,10 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
     close(status[0]);
     return absl::FailedPreconditionError(absl::StrCat("cannot run ", args[0], ": ", std::strerror(fork_error)));
   }
+  // The helper makes itself a group leader too; doing it here as well means a kill of the group
+  // reaches whatever it starts, however early the timeout comes.
+  setpgid(pid, pid);
 
-  Result result;
-  ssize_t n = 0;
   bool truncated = false, timed_out = false;
   char buf[4096];
   for (;;) {
@@ -201,7 +211,7 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
     const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (ready < 0 && errno != EINTR) break;
     if (ready <= 0) continue;
-    n = read(out[0], buf, sizeof(buf));
+    const ssize_t n = read(out[0], buf, sizeof(buf));
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;  // end of output
     const size_t keep = std::min(static_cast<size_t>(n), max_output - std::min(max_output, result.output.size()));
@@ -210,13 +220,17 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
   }
   close(out[0]);
   // The output is closed; the exit follows at once, unless something hangs on after closing it.
+  // WNOWAIT: the helper stays a zombie, so its pid (the group's id) cannot be reused before the
+  // group is killed below.
   while (!timed_out) {
-    int st = 0;
-    const pid_t r = waitpid(pid, &st, WNOHANG | __WALL);
-    if (r == pid) break;
+    siginfo_t info{};
+    const int r = waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT | __WALL);
+    if (r == 0 && info.si_pid == pid) break;
     if (r < 0 && errno != EINTR) {
+      const std::string error = std::strerror(errno);
       close(status[0]);
-      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+      Kill(pid);
+      return absl::InternalError(absl::StrCat("waitid: ", error));
     }
     if (Clock::now() >= deadline) {
       timed_out = true;
@@ -224,19 +238,20 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  Kill(pid);  // the group: anything the compiler left behind (or everything, on a timeout)
+  Reap(pid);
   if (timed_out) {
     close(status[0]);
-    Kill(pid);
-    Reap(pid);
     return absl::DeadlineExceededError(
         absl::StrCat(args[0], " did not finish within ", timeout_seconds, " s and was killed"));
   }
-  kill(-pid, SIGKILL);  // anything the compiler left behind in its process group
-  // The helper has exited: its reports are all in the pipe.
+  // The helper has exited: its reports are all in the pipe. Non-blocking: a descriptor copy in
+  // some other process (a host thread's fork) must not make this wait.
+  fcntl(status[0], F_SETFL, fcntl(status[0], F_GETFL) | O_NONBLOCK);
   Report reports[2];
   size_t got = 0;
   for (;;) {
-    n = read(status[0], reinterpret_cast<char*>(reports) + got, sizeof(reports) - got);
+    const ssize_t n = read(status[0], reinterpret_cast<char*>(reports) + got, sizeof(reports) - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<size_t>(n);

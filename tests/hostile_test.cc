@@ -516,8 +516,13 @@ TEST(CacheFaults, CacheDirectoryUnwritable) {
 }
 
 // Writes fail (a /proc directory stands in for a full or read-only disk: creating any file
-// there fails, whoever runs the test).
+// there fails, whoever runs the test): the directory cannot be created, or, reached through a
+// symlink, is refused (Note [Private files]); either way kernels go to a private directory.
 TEST(CacheFaults, CacheDirectoryRejectsWrites) {
+  {
+    ScopedEnv env("WARDEN_CACHE_DIR", "/proc/self/fdinfo");
+    ExpectServesCorrectly();
+  }
   const std::string root = CacheRoot("rejects");
   fs::create_directory_symlink("/proc/self/fdinfo", root + "/kernels");
   ScopedEnv env("WARDEN_CACHE_DIR", root);

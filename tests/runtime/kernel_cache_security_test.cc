@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -372,16 +373,57 @@ TEST(KernelCacheSecurity, CompilerOutputThatIsAFifoIsRefused) {
   EXPECT_THAT(lib.status().message(), HasSubstr("is not a regular file"));
 }
 
-// A host that ignores SIGCHLD (children are reaped by the kernel) still gets its kernels compiled.
-TEST(KernelCacheSecurity, IgnoredSigchldStillCompiles) {
+std::atomic<int> reaped_by_host{0};
+void ReapEveryChild(int) {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) ++reaped_by_host;
+}
+
+// A host that ignores SIGCHLD or sets SA_NOCLDWAIT (children are reaped by the kernel), or that
+// reaps every child in its handler, still gets its kernels compiled with the compiler's status.
+TEST(KernelCacheSecurity, HostChildHandlingNeverBreaksCompiles) {
   ScopedCacheDir cache;
-  struct sigaction ignore = {}, old = {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGCHLD, &ignore, &old);
-  auto lib = codegen::LoadKernels(SourceNamed("sigchld-ignored"), {"k"});
-  sigaction(SIGCHLD, &old, nullptr);
-  ASSERT_TRUE(lib.ok()) << lib.status();
-  EXPECT_NE((*lib)->Find("k"), nullptr);
+  struct Setup {
+    const char* name;
+    void (*handler)(int);
+    int flags;
+  };
+  const Setup setups[] = {{"SIG_IGN", SIG_IGN, 0},
+                          {"SIG_DFL with SA_NOCLDWAIT", SIG_DFL, SA_NOCLDWAIT},
+                          {"a handler reaping every child", ReapEveryChild, SA_RESTART}};
+  for (const Setup& setup : setups) {
+    SCOPED_TRACE(setup.name);
+    struct sigaction act = {}, old = {};
+    act.sa_handler = setup.handler;
+    act.sa_flags = setup.flags;
+    sigaction(SIGCHLD, &act, &old);
+    auto lib = codegen::LoadKernels(SourceNamed(std::string("sigchld-") + setup.name), {"k"});
+    auto bad = codegen::LoadKernels(SourceNamed(std::string("sigchld-bad-") + setup.name) + "not C++;\n", {"k"});
+    sigaction(SIGCHLD, &old, nullptr);
+    ASSERT_TRUE(lib.ok()) << lib.status();
+    EXPECT_NE((*lib)->Find("k"), nullptr);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_THAT(bad.status().message(), HasSubstr("failed (exit 1)")) << "the compiler's status was lost";
+  }
+}
+
+// An empty or relative PATH entry is not searched: a `g++` planted in the current directory
+// (a shared /tmp, say) never runs.
+TEST(KernelCacheSecurity, RelativePathEntriesAreNotSearched) {
+  ScopedCacheDir cache;
+  TempDir cwd;
+  const std::string marker = cwd.path() + "/planted-compiler-ran";
+  WriteScript(cwd.path(), "g++", absl::StrCat("touch ", marker, "\nexit 1\n"));
+  const std::string old_cwd = fs::current_path().string();
+  fs::current_path(cwd.path());
+  auto lib = [&] {
+    ScopedEnv cxx("WARDEN_CXX", nullptr);
+    ScopedEnv path("PATH", ":.:bin");
+    return codegen::LoadKernels(SourceNamed("relative-path"), {"k"});
+  }();
+  fs::current_path(old_cwd);
+  EXPECT_FALSE(fs::exists(marker)) << "a g++ from the current directory ran";
+  ASSERT_FALSE(lib.ok());
+  EXPECT_THAT(lib.status().message(), HasSubstr("no C++ compiler"));
 }
 
 // Descriptors the host opened without O_CLOEXEC do not leak into the compiler.
