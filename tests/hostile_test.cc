@@ -599,7 +599,9 @@ TEST(Resources, AsyncCompileUsesABoundedPool) {
   fs::permissions(slow, fs::perms::owner_all);
   ScopedEnv cxx("WARDEN_CXX", slow);
   {
-    // Threads the runtime starts on first use (LibTorch's, OpenMP's, a sanitizer's) come first.
+    // Threads the runtime starts on first use come first: LibTorch's, OpenMP's, and
+    // ThreadSanitizer's background thread, which it starts at the process's first pthread_create.
+    std::thread([] {}).join();
     auto warm = warden::compile(AddMul, Opts("cpp", warden::Dynamic::kStatic));
     const at::Tensor x = torch::randn({100000}), y = torch::randn({100000});
     for (int i = 0; i < 3; ++i) ExpectEqual(warm({x, y}), AddMul({x, y}));
