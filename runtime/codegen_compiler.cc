@@ -106,21 +106,17 @@ std::string* dir_in_use = nullptr;  // guarded by dir_mu
 // else a directory private to this process, with a one-time warning saying why.
 absl::StatusOr<std::string> UsableCacheDir() {
   const std::string configured = KernelCacheDir();
-  absl::StatusOr<std::string> dir = absl::FailedPreconditionError("no cache directory configured");
-  if (!configured.empty()) {
-    dir = files::EnsurePrivateDir(configured);
-    if (!dir.ok()) {
-      auto fallback = files::ProcessPrivateDir();
-      runtime::WarnOnce(
-          absl::StrCat("cache-dir-", configured, "-", dir.status().message()),
-          absl::StrCat("warden: kernel cache refused: ", runtime::EscapeControl(std::string(dir.status().message())),
-                       "; kernels of this process are compiled into ",
-                       fallback.ok() ? *fallback : std::string("nowhere"),
-                       " and not shared (fix the directory or set WARDEN_CACHE_DIR to a private one)"));
-      dir = std::move(fallback);
-    }
-  } else {
-    dir = files::ProcessPrivateDir();
+  absl::StatusOr<std::string> dir =
+      configured.empty() ? files::ProcessPrivateDir() : files::EnsurePrivateDir(configured);
+  if (!configured.empty() && !dir.ok()) {
+    auto fallback = files::ProcessPrivateDir();
+    runtime::WarnOnce(
+        absl::StrCat("cache-dir-", configured, "-", dir.status().message()),
+        absl::StrCat("warden: kernel cache refused: ", runtime::EscapeControl(std::string(dir.status().message())),
+                     "; kernels of this process are compiled into ",
+                     fallback.ok() ? *fallback : std::string("nowhere"),
+                     " and not shared (fix the directory or set WARDEN_CACHE_DIR to a private one)"));
+    dir = std::move(fallback);
   }
   if (dir.ok()) {
     std::lock_guard<std::mutex> lock(dir_mu);

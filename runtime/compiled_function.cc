@@ -5,7 +5,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
@@ -284,8 +283,6 @@ void CompiledFunction::Impl::Publish(std::vector<std::shared_ptr<const CacheEntr
                    retired_.end());
   }
 }
-
-size_t CompiledFunction::Impl::RetiredSnapshots() const { return retired_.size(); }
 
 void CompiledFunction::Impl::RecordEvent(RecompileEvent event) {
   if (events_.size() >= kMaxEvents) {

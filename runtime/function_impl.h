@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <string>
 #include <vector>
 
@@ -148,7 +147,6 @@ class CompiledFunction::Impl {
   std::vector<std::string> ArgNames(size_t n) const;
   std::vector<std::shared_ptr<const CacheEntry>> EntriesMru() const;  // requires mu_
   void Publish(std::vector<std::shared_ptr<const CacheEntry>> entries);  // requires mu_
-  size_t RetiredSnapshots() const;                                       // requires mu_ (tests)
 
  private:
   std::vector<at::Tensor> Miss(const std::vector<c10::IValue>& args, int64_t call_index,

@@ -1,6 +1,5 @@
 #include "runtime/logging.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "runtime/private_files.h"
 
 namespace warden::runtime {
 namespace {
@@ -59,13 +59,10 @@ std::string EscapeControl(const std::string& text) {
 // Whether `bytes` more fit in stderr under RLIMIT_FSIZE: past it the kernel raises SIGXFSZ, whose
 // default action kills the host. Only a regular file has a size to exceed.
 bool StderrHasRoomFor(size_t bytes) {
-  struct rlimit limit;
-  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return true;
   struct stat st;
   if (fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return true;
   const off_t offset = lseek(STDERR_FILENO, 0, SEEK_CUR);
-  const uint64_t end = static_cast<uint64_t>(std::max<off_t>(offset, st.st_size)) + bytes + 1;
-  return end <= static_cast<uint64_t>(limit.rlim_cur);
+  return files::WithinFileSizeLimit(std::max<int64_t>(offset, st.st_size) + static_cast<int64_t>(bytes) + 1);
 }
 
 void LogToStderr(const std::string& text) {

@@ -52,6 +52,9 @@ absl::Status CheckPrivate(const std::string& path, const struct stat& st) {
   return absl::OkStatus();
 }
 
+// The resolved path of `path` once it and every directory above it pass the checks.
+absl::StatusOr<std::string> ResolveAndCheck(const std::string& path);
+
 // Checks `resolved` (a realpath) and every directory above it.
 absl::Status CheckChain(const std::string& resolved) {
   struct stat st;
@@ -93,13 +96,19 @@ void RemovePrivateDir() {
   rmdir(private_dir->c_str());
 }
 
+absl::StatusOr<std::string> ResolveAndCheck(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) {
+    return Unsafe(path, absl::StrCat("cannot be resolved: ", Errno()));
+  }
+  if (absl::Status s = CheckChain(resolved); !s.ok()) return s;
+  return std::string(resolved);
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> EnsurePrivateDir(const std::string& dir) {
-  if (dir.empty() || dir[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("directory '", dir, "' is not an absolute path"));
-  }
-  std::string prefix;
+absl::Status MakeDirs(const std::string& dir) {
+  std::string prefix = dir[0] == '/' ? "" : ".";
   for (absl::string_view part : absl::StrSplit(dir, '/')) {
     if (part.empty()) continue;
     absl::StrAppend(&prefix, "/", part);
@@ -107,16 +116,19 @@ absl::StatusOr<std::string> EnsurePrivateDir(const std::string& dir) {
       return absl::FailedPreconditionError(absl::StrCat("cannot create directory ", prefix, ": ", Errno()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EnsurePrivateDir(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("directory '", dir, "' is not an absolute path"));
+  }
+  if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
   // The directory itself must not be a symlink (its ancestors may be: the resolved chain is checked).
   struct stat st;
   if (lstat(dir.c_str(), &st) != 0) return Unsafe(dir, absl::StrCat("cannot be examined: ", Errno()));
   if (S_ISLNK(st.st_mode)) return Unsafe(dir, "is a symlink");
-  char resolved[PATH_MAX];
-  if (realpath(dir.c_str(), resolved) == nullptr) {
-    return Unsafe(dir, absl::StrCat("cannot be resolved: ", Errno()));
-  }
-  if (absl::Status s = CheckChain(resolved); !s.ok()) return s;
-  return std::string(resolved);
+  return ResolveAndCheck(dir);
 }
 
 absl::StatusOr<std::string> ProcessPrivateDir() {
@@ -132,16 +144,13 @@ absl::StatusOr<std::string> ProcessPrivateDir() {
       absl::StrAppend(&why, " mkdtemp ", pattern, ": ", Errno(), ";");
       continue;
     }
-    char resolved[PATH_MAX];
-    absl::Status s = realpath(pattern.c_str(), resolved) != nullptr
-                         ? CheckChain(resolved)
-                         : Unsafe(pattern, absl::StrCat("cannot be resolved: ", Errno()));
-    if (!s.ok()) {
+    absl::StatusOr<std::string> resolved = ResolveAndCheck(pattern);
+    if (!resolved.ok()) {
       rmdir(pattern.c_str());
-      absl::StrAppend(&why, " ", s.message(), ";");
+      absl::StrAppend(&why, " ", resolved.status().message(), ";");
       continue;
     }
-    private_dir = new std::string(resolved);
+    private_dir = new std::string(*std::move(resolved));
     std::atexit(RemovePrivateDir);
     return *private_dir;
   }

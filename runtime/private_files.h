@@ -30,6 +30,11 @@
 
 namespace warden::files {
 
+// mkdir -p: creates `dir` (absolute, or relative to the working directory; not empty) and its
+// missing parents with mode 0700, leaving existing ones as they are. FailedPrecondition naming the
+// component that could not be created.
+absl::Status MakeDirs(const std::string& dir);
+
 // Creates `dir` and missing parents (mode 0700) and checks it by the rules above. Returns the
 // directory's resolved path, or FailedPrecondition naming the path and what is wrong with it.
 absl::StatusOr<std::string> EnsurePrivateDir(const std::string& dir);

@@ -145,11 +145,13 @@ void Kill(pid_t pid) {
   kill(pid, SIGKILL);
 }
 
-int Reap(pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, __WALL) < 0) {
-    if (errno != EINTR) return 128;
+void Reap(pid_t pid) {
+  while (waitpid(pid, nullptr, __WALL) < 0 && errno == EINTR) {
   }
+}
+
+// A wait status as an exit code: 128 + signal if killed by one.
+int ExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -264,8 +266,7 @@ absl::StatusOr<Result> Run(const std::vector<std::string>& args, double timeout_
           absl::StrCat("cannot run ", args[0], ": ", std::strerror(reports[i].value)));
     }
     if (reports[i].kind == kExited) {
-      const int st = reports[i].value;
-      result.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+      result.exit_code = ExitCode(reports[i].value);
       exited = true;
     }
   }

@@ -27,23 +27,11 @@ int64_t NowMicros() {
       .count();
 }
 
-// mkdir -p (new directories 0700); true if `dir` exists afterwards.
-bool MakeDirs(const std::string& dir) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos == dir.size() || dir[pos] == '/') {
-      const std::string prefix = dir.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-  }
-  struct stat st;
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// A new file of ours in `dir` (which may be shared, like /tmp): warden-<pid>.jsonl created with
-// O_EXCL | O_NOFOLLOW, mode 0600, or, if that name is taken (a planted file or symlink, or a
-// previous process with the same pid), an mkstemp name. Never opens an existing file.
+// A new file of ours in `dir` (which may be shared, like /tmp): *path (warden-<pid>.jsonl) created
+// with O_EXCL | O_NOFOLLOW, mode 0600, or, if that name is taken (a planted file or symlink, or a
+// previous process with the same pid), an mkstemp name, then stored in *path. Never opens an
+// existing file.
 std::FILE* CreateLog(const std::string& dir, std::string* path) {
-  *path = absl::StrCat(dir, "/warden-", ::getpid(), ".jsonl");
   int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) {
     std::string name = absl::StrCat(dir, "/warden-", ::getpid(), "-XXXXXX.jsonl");
@@ -118,7 +106,10 @@ bool TraceLog::OpenLocked() {
   if (file_ != nullptr) return true;
   if (failed_) return false;
   path_ = absl::StrCat(dir_, "/warden-", ::getpid(), ".jsonl");
-  if (MakeDirs(dir_)) file_ = CreateLog(dir_, &path_);
+  struct stat st;
+  if (files::MakeDirs(dir_).ok() && ::stat(dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    file_ = CreateLog(dir_, &path_);
+  }
   if (file_ == nullptr) {
     failed_ = true;
     WarnOnce(absl::StrCat("trace-dir-", dir_),

@@ -29,7 +29,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/warden.h"
-#include "tests/scoped_env.h"
+#include "tests/test_env.h"
 #include "tracer/tracer.h"
 
 extern char** environ;
@@ -53,44 +53,9 @@ Options Cpp(const std::string& name = "fn") {
   return o;
 }
 
-using warden::test_util::ScopedEnv;
-
-// A fresh WARDEN_CACHE_DIR, removed at the end of the scope.
-class ScopedCacheDir {
- public:
-  ScopedCacheDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/warden_cache_XXXXXX");
-    root_ = mkdtemp(pattern.data());
-    env_ = std::make_unique<ScopedEnv>("WARDEN_CACHE_DIR", root_.c_str());
-  }
-  ~ScopedCacheDir() {
-    env_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  std::string kernels() const { return root_ + "/kernels"; }
-  const std::string& root() const { return root_; }
-  std::vector<std::string> Files(const std::string& extension) const {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(kernels(), ec)) {
-      if (e.path().extension() == extension) out.push_back(e.path().string());
-    }
-    return out;
-  }
-
- private:
-  std::string root_;
-  std::unique_ptr<ScopedEnv> env_;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_util::ReadFile;
+using test_util::ScopedCacheDir;
+using test_util::ScopedEnv;
 
 // got == want as eager computes it: same shape and dtype, NaN at exactly the same positions,
 // infinities equal (with sign), finite values allclose.

@@ -32,7 +32,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/private_files.h"
 #include "runtime/warden.h"
-#include "tests/scoped_env.h"
+#include "tests/test_env.h"
 
 extern char** environ;
 
@@ -47,44 +47,10 @@ using Args = std::vector<c10::IValue>;
 
 constexpr uid_t kOtherUser = 65534;  // nobody
 
-using warden::test_util::ScopedEnv;
-
-// A fresh directory under TEST_TMPDIR, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/kcs_XXXXXX");
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// WARDEN_CACHE_DIR set to a fresh private directory for the scope.
-class ScopedCacheDir {
- public:
-  ScopedCacheDir() : env_("WARDEN_CACHE_DIR", dir_.path().c_str()) {}
-  std::string kernels() const { return dir_.path() + "/kernels"; }
-  const std::string& root() const { return dir_.path(); }
-
- private:
-  TempDir dir_;
-  ScopedEnv env_;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_util::ReadFile;
+using test_util::ScopedCacheDir;
+using test_util::ScopedEnv;
+using test_util::TempDir;
 
 void WriteFile(const std::string& path, const std::string& bytes, fs::perms perms = fs::perms::owner_read |
                                                                                    fs::perms::owner_write) {
