@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/libtorch_info.h"
 #include "bench/workloads.h"
 #include "runtime/codegen_compiler.h"
 
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
     warm.push_back(w.ms);
     aten.push_back(a.ms);
   }
+  std::printf("LibTorch %s\n", warden::tools::LibTorchDescription().c_str());
   std::printf("10-op chain, backend \"cpp\", first call (compile() + trace + guards + backend + run), "
               "median of %d fresh processes:\n", rounds);
   std::printf("  cold (compiler runs):          %8.2f ms\n", Median(cold));

@@ -20,6 +20,7 @@
 
 #include <torch/torch.h>
 
+#include "tools/libtorch_info.h"
 #include "bench/workloads.h"
 #include "runtime/warden.h"
 
@@ -114,6 +115,7 @@ bool SameAsEager(const std::vector<at::Tensor>& got, const at::Tensor& want, int
 
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
+  std::printf("LibTorch %s\n", warden::tools::LibTorchDescription().c_str());
   torch::manual_seed(0);
   c10::InferenceMode inference;
 

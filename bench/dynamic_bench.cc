@@ -29,6 +29,7 @@
 
 #include <torch/torch.h>
 
+#include "tools/libtorch_info.h"
 #include "runtime/warden.h"
 
 namespace {
@@ -149,6 +150,7 @@ int main(int argc, char** argv) {
     }
   }
   if (max_len < 1) max_len = 1;
+  std::printf("LibTorch %s\n", warden::tools::LibTorchDescription().c_str());
   torch::manual_seed(0);
   c10::InferenceMode inference;
   const Attention block;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace warden::ops {
@@ -65,9 +67,27 @@ Registry& Registry::Global() {
   return *registry;
 }
 
+// Rules are written for the union of the LibTorch versions Warden supports; an op the running
+// LibTorch does not have (aten::frobenius_norm left in 2.x, scaled_dot_product_attention came) is
+// skipped, so a rule never claims a name the dispatcher cannot produce (Note [Which LibTorch]).
+// The dispatcher has every aten op by now: libtorch_cpu's registrations are static initializers of
+// a library Warden depends on, so they run before Warden's.
 void Registry::Add(OpInfo info) {
   std::string name = info.name;
+  const size_t dot = name.find('.');
+  const std::string base = name.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+  if (!c10::Dispatcher::singleton().findSchema({base, overload}).has_value()) {
+    absent_.push_back(std::move(name));
+    return;
+  }
   ops_[name] = std::move(info);
+}
+
+std::vector<std::string> Registry::Absent() const {
+  std::vector<std::string> names = absent_;
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 const OpInfo* Registry::Find(absl::string_view name) const {

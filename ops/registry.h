@@ -104,9 +104,12 @@ class Registry {
   // nullptr when the op has no rule (the tracer then decomposes or records it as opaque).
   const OpInfo* Find(absl::string_view name) const;
   std::vector<std::string> Names() const;
+  // Ops with a rule that this LibTorch does not have (not registered).
+  std::vector<std::string> Absent() const;
 
  private:
   std::unordered_map<std::string, OpInfo> ops_;
+  std::vector<std::string> absent_;
 };
 
 // Registers a family of ops at static-initialization time:

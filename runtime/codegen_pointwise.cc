@@ -9,6 +9,9 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/gelu.h>
 #include <c10/core/DefaultDtype.h>
 
 #include "absl/strings/str_cat.h"
@@ -126,13 +129,29 @@ std::string PowExponent(const Node& n, double converted) {
   return "";
 }
 
+// Whether eager's exact gelu returns NaN at +inf for a contiguous tensor of this compute dtype.
+// LibTorch 2.x's vectorized float kernel does (its one-element and strided paths, and double, give
+// +inf as the formula does); 1.13's does not. Probed once per dtype on the running LibTorch, so the
+// fused kernel follows eager's contiguous path whatever the version (Note [Which LibTorch]).
+bool EagerGeluIsNanAtPosInf(ScalarType dtype) {
+  static const bool float_nan = std::isnan(at::gelu(at::full({16}, INFINITY, at::kFloat))[0].item<float>());
+  static const bool double_nan = std::isnan(at::gelu(at::full({16}, INFINITY, at::kDouble))[0].item<double>());
+  return dtype == ScalarType::Double ? double_nan : float_nan;
+}
+
 // GeluKernel.cpp: none: x * 0.5 * (1 + erf(x * M_SQRT1_2));
 // tanh: 0.5 * x * (1 + tanh(kBeta * (x + kKappa * x^3))), kBeta = sqrt(2) * (2/sqrt(pi)) * 0.5.
 std::string Gelu(const Operands& o) {
   const std::string& x = o.a();
   if (o.extra[0].toStringRef() == "none") {
-    return absl::StrCat("(", x, " * ", o.Lit(0.5), " * (", o.One(), " + ",
-                        o.Call("erf", absl::StrCat("(", x, " * ", o.Lit(M_SQRT1_2), ")")), "))");
+    std::string v = absl::StrCat("(", x, " * ", o.Lit(0.5), " * (", o.One(), " + ",
+                                 o.Call("erf", absl::StrCat("(", x, " * ", o.Lit(M_SQRT1_2), ")")), "))");
+    if (EagerGeluIsNanAtPosInf(o.dtype)) {
+      const char* inf = o.is_float() ? "__builtin_inff()" : "__builtin_inf()";
+      const char* nan = o.is_float() ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+      v = absl::StrCat("(", x, " == ", inf, " ? ", nan, " : ", v, ")");
+    }
+    return v;
   }
   const std::string cube = absl::StrCat("(", x, " * ", x, " * ", x, ")");
   const std::string inner = absl::StrCat("(", o.Lit(M_SQRT2 * M_2_SQRTPI * 0.5), " * (", x, " + ",

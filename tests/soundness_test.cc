@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tracer/autocast_compat.h"
 #include "runtime/warden.h"
 
 namespace {
@@ -88,9 +89,9 @@ TEST_P(Soundness, InferenceModeInsideTheBodyIsReplayed) {
 
 TEST_P(Soundness, AutocastInsideTheBodyIsReplayed) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
-    at::autocast::set_cpu_enabled(true);
+    warden::compat::SetAutocastCpuEnabled(true);
     at::Tensor y = at::mm(a[0].toTensor(), a[1].toTensor());
-    at::autocast::set_cpu_enabled(false);
+    warden::compat::SetAutocastCpuEnabled(false);
     return {y, a[0].toTensor() + 1};
   };
   auto f = warden::compile(fn, Opts());
@@ -101,7 +102,7 @@ TEST_P(Soundness, AutocastInsideTheBodyIsReplayed) {
     EXPECT_EQ(out[1].scalar_type(), torch::kFloat) << "call " << call;
     ExpectClose(out[0], fn({a, b})[0], "mm under autocast");
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(warden::compat::AutocastCpuEnabled());
 }
 
 TEST_P(Soundness, AutocastAtTheCallSiteIsGuarded) {
@@ -112,9 +113,9 @@ TEST_P(Soundness, AutocastAtTheCallSiteIsGuarded) {
       Opts());
   auto a = torch::randn({4, 4});
   EXPECT_EQ(f({a})[0].scalar_type(), torch::kFloat);
-  at::autocast::set_cpu_enabled(true);
+  warden::compat::SetAutocastCpuEnabled(true);
   const at::Tensor under = f({a})[0];
-  at::autocast::set_cpu_enabled(false);
+  warden::compat::SetAutocastCpuEnabled(false);
   EXPECT_EQ(under.scalar_type(), torch::kBFloat16);
   EXPECT_EQ(f({a})[0].scalar_type(), torch::kFloat);
   EXPECT_EQ(f.stats().compiles, 2);

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tracer/autocast_compat.h"
 
 namespace warden::tracer {
 namespace {
@@ -27,7 +28,7 @@ constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::DeferredInit;
 }  // namespace
 
 int8_t CurrentAutocastCpuDtype() {
-  return at::autocast::is_cpu_enabled() ? static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype()) : -1;
+  return compat::AutocastCpuEnabled() ? static_cast<int8_t>(compat::AutocastCpuDtype()) : -1;
 }
 
 namespace {
@@ -99,7 +100,7 @@ std::string ThreadMode::Describe() const {
 ScopedThreadMode::ScopedThreadMode(const ThreadMode& mode)
     : autograd_(c10::AutogradState::get_tls_state()),
       keys_(c10::impl::raw_local_dispatch_key_set),
-      autocast_dtype_(static_cast<int8_t>(at::autocast::get_autocast_cpu_dtype())) {
+      autocast_dtype_(static_cast<int8_t>(compat::AutocastCpuDtype())) {
   c10::AutogradState a = autograd_;
   a.set_grad_mode(mode.grad_mode);
   a.set_inference_mode(mode.inference_mode);
@@ -108,14 +109,14 @@ ScopedThreadMode::ScopedThreadMode(const ThreadMode& mode)
   c10::impl::PODLocalDispatchKeySet pod{mode.included, mode.excluded};
   c10::impl::_force_tls_local_dispatch_key_set(c10::impl::LocalDispatchKeySet(pod));
   if (mode.autocast_cpu_dtype >= 0) {
-    at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(mode.autocast_cpu_dtype));
+    compat::SetAutocastCpuDtype(static_cast<at::ScalarType>(mode.autocast_cpu_dtype));
   }
 }
 
 ScopedThreadMode::~ScopedThreadMode() {
   c10::AutogradState::set_tls_state(autograd_);
   c10::impl::_force_tls_local_dispatch_key_set(c10::impl::LocalDispatchKeySet(keys_));
-  at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(autocast_dtype_));
+  compat::SetAutocastCpuDtype(static_cast<at::ScalarType>(autocast_dtype_));
 }
 
 }  // namespace warden::tracer

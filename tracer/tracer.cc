@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "ops/registry.h"
 #include "tracer/error.h"
+#include "tracer/torch_compat.h"
 
 namespace warden::tracer {
 namespace {
@@ -38,6 +39,9 @@ namespace {
 constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::DeferredInit;
 
 std::atomic<uint64_t> next_trace_id{1};
+
+// What owns an autograd node: std::shared_ptr up to LibTorch 2.12, c10::intrusive_ptr from 2.13 on.
+using NodePtr = decltype(torch::autograd::Edge::function);
 
 struct TraceState {
   const uint64_t id = next_trace_id.fetch_add(1);
@@ -60,7 +64,7 @@ struct TraceState {
   bool syncing = false;          // replaying a requires_grad_ the function made on a wrapper
   std::vector<at::Tensor> arg_wrappers;  // the wrappers of the tensor arguments
   bool verification = false;     // Trace(..., verification): no observable effect may run
-  std::vector<std::shared_ptr<torch::autograd::Node>> keep_alive;  // accumulators shared with wrappers
+  std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers
 
   void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
     if (finished) return;
@@ -152,17 +156,32 @@ class WrapperImpl final : public c10::TensorImpl {
     Read(MetadataRead::What::kStrides);
     return c10::SymInt(real_.storage_offset());
   }
+  // From LibTorch 2.8 on, is_contiguous() and is_non_overlapping_and_dense() reach a wrapper only
+  // through the SymBool virtuals; overriding the old names there would not compile (they are no
+  // longer virtual), and a wrapper without these overrides would answer from stored metadata
+  // without recording the read, i.e. lose guards (Note [Which LibTorch]).
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+  c10::SymBool sym_is_contiguous_custom(at::MemoryFormat format) const override {
+    Read(MetadataRead::What::kStrides);
+    return c10::SymBool(real_.is_contiguous(format));
+  }
+  c10::SymBool sym_is_non_overlapping_and_dense_custom() const override {
+    Read(MetadataRead::What::kStrides);
+    return c10::SymBool(real_.is_non_overlapping_and_dense());
+  }
+#else
   bool is_contiguous_custom(at::MemoryFormat format) const override {
     Read(MetadataRead::What::kStrides);
     return real_.is_contiguous(format);
   }
-  bool is_strides_like_custom(at::MemoryFormat format) const override {
-    Read(MetadataRead::What::kStrides);
-    return real_.unsafeGetTensorImpl()->is_strides_like(format);
-  }
   bool is_non_overlapping_and_dense_custom() const override {
     Read(MetadataRead::What::kStrides);
     return real_.is_non_overlapping_and_dense();
+  }
+#endif
+  bool is_strides_like_custom(at::MemoryFormat format) const override {
+    Read(MetadataRead::What::kStrides);
+    return real_.unsafeGetTensorImpl()->is_strides_like(format);
   }
 
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
@@ -513,7 +532,7 @@ struct AbortTrace : std::exception {
 // under NoGradGuard or InferenceMode), a side effect eager has only where autograd or the user
 // asks for it: the real ops of the trace do ask exactly where eager's would, and is_leaf() of the
 // caller's tensors must not change because Warden looked.
-std::shared_ptr<torch::autograd::Node> RealGradFn(const at::Tensor& real) {
+NodePtr RealGradFn(const at::Tensor& real) {
   const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(real);
   return meta != nullptr ? meta->grad_fn_ : nullptr;
 }
@@ -528,7 +547,7 @@ bool OwnRequiresGrad(const at::Tensor& t) {
 void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   const at::Tensor& real = w->real();
   if (!real.requires_grad()) return;
-  const std::shared_ptr<torch::autograd::Node> fn = RealGradFn(real);
+  const NodePtr fn = RealGradFn(real);
   if (fn != nullptr) {
     if (OwnRequiresGrad(t)) torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = false;  // gained history
     torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
@@ -540,13 +559,13 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   const bool flag = OwnRequiresGrad(real);
   torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = flag;
   if (!flag) return;
-  std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(real);
+  NodePtr acc = torch::autograd::impl::grad_accumulator(real);
   if (acc == nullptr) return;
   torch::autograd::impl::get_autograd_meta(t)->grad_accumulator_ = acc;
   st.keep_alive.push_back(std::move(acc));
 }
 
-std::string NodeName(const std::shared_ptr<torch::autograd::Node>& fn) {
+std::string NodeName(const NodePtr& fn) {
   return fn != nullptr ? fn->name() : std::string("none");
 }
 
@@ -584,7 +603,7 @@ void CheckAutograd(TraceState& st, const at::Tensor& t) {
   if (w == nullptr || w->live_state() != &st) return;
   const at::Tensor& real = w->real();
   if (!t.requires_grad() && !real.requires_grad()) return;
-  const std::shared_ptr<torch::autograd::Node>& fn = t.grad_fn();
+  const NodePtr& fn = t.grad_fn();
   if (fn != nullptr) {
     if (fn.get() != w->mirrored()) {
       Abandon(st,

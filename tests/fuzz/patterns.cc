@@ -1,4 +1,5 @@
 // Mode scopes, custom autograd Functions and the model (patterns.h).
+#include "tracer/autocast_compat.h"
 #include "tests/fuzz/patterns.h"
 
 #include <optional>
@@ -6,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+
+#include "tracer/torch_compat.h"
 
 namespace warden::fuzz {
 
@@ -22,8 +25,8 @@ class ModeStack::Scope {
       case Mode::kAutocastOff:
         // What torch.autocast's __enter__ does on CPU: set the flag, count the nesting; __exit__
         // restores the flag and clears the cast cache when the outermost region closes.
-        autocast_before_ = at::autocast::is_cpu_enabled();
-        at::autocast::set_cpu_enabled(mode == Mode::kAutocast);
+        autocast_before_ = warden::compat::AutocastCpuEnabled();
+        warden::compat::SetAutocastCpuEnabled(mode == Mode::kAutocast);
         at::autocast::increment_nesting();
         break;
     }
@@ -31,7 +34,7 @@ class ModeStack::Scope {
   ~Scope() {
     if (mode_ == Mode::kAutocast || mode_ == Mode::kAutocastOff) {
       if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-      at::autocast::set_cpu_enabled(autocast_before_);
+      warden::compat::SetAutocastCpuEnabled(autocast_before_);
     }
   }
 
@@ -66,7 +69,7 @@ std::string ModesLeftOn() {
   std::string s;
   if (!at::GradMode::is_enabled()) s += " grad mode off;";
   if (c10::InferenceMode::is_enabled()) s += " inference mode on;";
-  if (at::autocast::is_cpu_enabled()) s += " autocast (cpu) on;";
+  if (warden::compat::AutocastCpuEnabled()) s += " autocast (cpu) on;";
   // InferenceMode and the tracer both change the dispatch-key TLS; outside either it is default.
   const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
   if (keys.included_ != c10::default_included_set) s += " included dispatch keys " + c10::toString(keys.included_) + ";";
@@ -75,10 +78,15 @@ std::string ModesLeftOn() {
 }
 
 void ResetModes() {
+#if WARDEN_TORCH_AT_LEAST(2, 0)
+  c10::AutogradState::set_tls_state(c10::AutogradState(/*grad_mode=*/true, /*inference_mode=*/false,
+                                                       /*fw_grad_mode=*/true, /*multithreading_enabled=*/true));
+#else
   c10::AutogradState::set_tls_state(c10::AutogradState(/*grad_mode=*/true, /*inference_mode=*/false,
                                                        /*fw_grad_mode=*/true));
+#endif
   c10::impl::_force_tls_local_dispatch_key_set(c10::impl::PODLocalDispatchKeySet{0, 0});  // the defaults
-  at::autocast::set_cpu_enabled(false);
+  warden::compat::SetAutocastCpuEnabled(false);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Tests of guards/evaluator.cc: the compiled GuardProgram must agree with the reference Holds() of
 // guards/guard.cc for every guard kind, run cheap checks first (so a wrong-type argument never
 // reaches a tensor check), and explain the first failure with its reason text.
+#include "tracer/autocast_compat.h"
 #include "guards/evaluator.h"
 
 #include <cmath>
@@ -225,7 +226,8 @@ TEST(GuardProgram, CapturedTensorMetadata) {
   };
   for (const Change& c : changes) {
     SCOPED_TRACE(c.name);
-    at::Tensor t = torch::zeros({2, 3}, at::kFloat);
+    // Storage for 16 floats: LibTorch 2.x checks that set_'s view fits (offset 1 needs 7).
+    at::Tensor t = torch::zeros({16}, at::kFloat).narrow(0, 0, 6).view({2, 3});
     const Guard g = CapturedGuard(t);
     const GuardProgram program({g});
     const HitCheck hit({g});
@@ -529,7 +531,7 @@ TEST(ThreadStateGuards, DispatchKeysAndAutocastDtype) {
   const HitCheck hit(guards);
   EXPECT_TRUE(program.Check(args));
   EXPECT_TRUE(hit.Check(args));
-  at::autocast::set_cpu_enabled(true);
+  warden::compat::SetAutocastCpuEnabled(true);
   const bool program_under_autocast = program.Check(args);
   const bool hit_under_autocast = hit.Check(args);
   const std::string reason = program.FirstFailure(args, {});
@@ -537,7 +539,7 @@ TEST(ThreadStateGuards, DispatchKeysAndAutocastDtype) {
     const GuardProgram dtype({Make(GuardKind::kAutocastDtype, -1, static_cast<int64_t>(at::kBFloat16))});
     EXPECT_TRUE(dtype.Check(args));
   }
-  at::autocast::set_cpu_enabled(false);
+  warden::compat::SetAutocastCpuEnabled(false);
   EXPECT_FALSE(program_under_autocast);
   EXPECT_FALSE(hit_under_autocast);
   EXPECT_EQ(reason, "thread-local excluded dispatch keys mismatch. expected default, actual autocast cpu on");

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tracer/autocast_compat.h"
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tests/models/sweep.h"
@@ -212,10 +213,10 @@ TEST_P(ModelsInference, MlpCpuAutocastOnAndOff) {
   for (bool on : {false, true, true, false, true}) {
     SCOPED_TRACE(on ? "autocast on" : "autocast off");
     const at::Tensor x = torch::randn({4, 32});
-    at::autocast::set_cpu_enabled(on);
+    warden::compat::SetAutocastCpuEnabled(on);
     const at::Tensor want = eager->forward(x);
     const auto got = subject({x});
-    at::autocast::set_cpu_enabled(false);
+    warden::compat::SetAutocastCpuEnabled(false);
     ASSERT_EQ(want.scalar_type(), on ? torch::kBFloat16 : torch::kFloat);
     EXPECT_TRUE(twin::CloseAll(got, {want}, this->tol(twin::kForwardTol), "output")) << subject.events();
   }
