@@ -13,6 +13,8 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/gelu.h>
 #include <c10/core/DefaultDtype.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -133,9 +135,17 @@ std::string PowExponent(const Node& n, double converted) {
 // LibTorch 2.x's vectorized float kernel does (its one-element and strided paths, and double, give
 // +inf as the formula does); 1.13's does not. Probed once per dtype on the running LibTorch, so the
 // fused kernel follows eager's contiguous path whatever the version (Note [Which LibTorch]).
+// The probe runs outside any trace (a compile may happen while an enclosing function is traced on
+// this thread: the tracer's key is excluded) and records no autograd history.
+bool ProbeGeluNanAtPosInf(at::ScalarType dtype) {
+  c10::impl::ExcludeDispatchKeyGuard no_trace(c10::DispatchKey::DeferredInit);
+  c10::InferenceMode no_autograd;
+  return std::isnan(at::gelu(at::full({16}, INFINITY, dtype))[0].item<double>());
+}
+
 bool EagerGeluIsNanAtPosInf(ScalarType dtype) {
-  static const bool float_nan = std::isnan(at::gelu(at::full({16}, INFINITY, at::kFloat))[0].item<float>());
-  static const bool double_nan = std::isnan(at::gelu(at::full({16}, INFINITY, at::kDouble))[0].item<double>());
+  static const bool float_nan = ProbeGeluNanAtPosInf(at::kFloat);
+  static const bool double_nan = ProbeGeluNanAtPosInf(at::kDouble);
   return dtype == ScalarType::Double ? double_nan : float_nan;
 }
 

@@ -33,22 +33,33 @@ def _python_torch(ctx):
         return None
     return ctx.path(out)
 
+def _direct_layout(root):
+    """(include dir, lib dir) when root itself is a LibTorch (zip, wheel dir or /usr), or None."""
+    include = root.get_child("include")
+    if include.get_child("torch").exists and root.get_child("lib").get_child("libtorch_cpu.so").exists:
+        return (include, root.get_child("lib"))  # libtorch zip or wheel
+    for arch in ["x86_64-linux-gnu", "aarch64-linux-gnu"]:
+        libdir = root.get_child("lib").get_child(arch)
+        if libdir.get_child("libtorch_cpu.so").exists and include.get_child("torch").exists:
+            return (include, libdir)  # Debian's libtorch-dev
+    return None
+
 def _layout(ctx, root):
     """(include dir, lib dir) of a LibTorch root, or None."""
-    if root.get_child("include").get_child("torch").exists and root.get_child("lib").get_child("libtorch_cpu.so").exists:
-        return (root.get_child("include"), root.get_child("lib"))  # libtorch zip or wheel
-    multiarch = root.get_child("lib").get_child("x86_64-linux-gnu")
-    for libdir in [multiarch, root.get_child("lib").get_child("aarch64-linux-gnu")]:
-        if libdir.get_child("libtorch_cpu.so").exists and root.get_child("include").get_child("torch").exists:
-            return (root.get_child("include"), libdir)  # Debian's libtorch-dev
+    found = _direct_layout(root)
+    if found != None:
+        return found
     # A virtual environment (or any prefix) with torch installed under lib/pythonX.Y/site-packages.
+    # (Starlark has no recursion: the prefix case looks one level down, directly.)
     lib = root.get_child("lib")
     if lib.exists:
         for d in lib.readdir():
             if d.basename.startswith("python"):
                 torch = d.get_child("site-packages").get_child("torch")
                 if torch.exists:
-                    return _layout(ctx, torch)
+                    found = _direct_layout(torch)
+                    if found != None:
+                        return found
     return None
 
 def _read_version(ctx, include):

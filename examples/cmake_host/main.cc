@@ -34,6 +34,7 @@ int main() {
   warden::CompiledFunction f = warden::compile(
       [&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> { return {net->forward(a[0].toTensor())}; },
       options);
+  f.watch(*net, "net");  // a train()/eval() switch recompiles instead of replaying the other mode
   for (int round = 0; round < 2; ++round) {
     for (int64_t batch : {1, 2, 4, 8}) {
       const torch::Tensor x = torch::randn({batch, 1, 8, 8});
