@@ -564,20 +564,35 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   std::set<std::pair<int, int>> newly_dynamic;
   const std::set<std::pair<int, int>> dynamic = DynamicDims(args, entries, &newly_dynamic);
   std::vector<std::string> names_now;  // dims and scalars that are symbolic for the first time
+  // Dims automatic dynamic or mark_dynamic asked for that something kept static, with what did:
+  // the recompile action says so (a new size of one of them is another recompile).
+  std::vector<std::string> kept_static;
   if (!dynamic.empty()) {
     entry->shapes = std::make_shared<ops::ShapePassResult>(
         ops::PropagateShapes(*trace.graph, trace.reads, dynamic));
     in.shapes = entry->shapes.get();
     for (size_t k = 0; k < entry->shapes->symbols.size(); ++k) {
       const ops::SymbolSource& src = entry->shapes->symbols[k];
-      if (newly_dynamic.count({src.arg, src.dim}) && !entry->shapes->specialized.count(static_cast<int>(k))) {
-        names_now.push_back(ops::SymbolName(src, names));
+      auto why = entry->shapes->specialized.find(static_cast<int>(k));
+      if (why == entry->shapes->specialized.end()) {
+        if (newly_dynamic.count({src.arg, src.dim})) names_now.push_back(ops::SymbolName(src, names));
+        continue;
+      }
+      auto hint = dim_hints_.find({src.arg, src.dim});
+      if (auto_dynamic_.count({src.arg, src.dim}) || (hint != dim_hints_.end() && hint->second)) {
+        kept_static.push_back(absl::StrCat(ops::SymbolName(src, names), " stays static: ", why->second));
+      }
+      if (hint != dim_hints_.end() && hint->second && warned_static_.insert({src.arg, src.dim}).second) {
+        runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "': mark_dynamic(", src.arg, ", ",
+                                          src.dim, ") is not honored: ", ops::SymbolName(src, names),
+                                          " stays static (", why->second, ")"));
       }
     }
   }
   for (int arg : promotion.promoted) names_now.push_back(names[arg]);
   std::string became_dynamic;
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
+  if (!kept_static.empty()) absl::StrAppend(&became_dynamic, "; ", absl::StrJoin(kept_static, "; "));
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   modules.RecordFlagsAfterCall();
   {

@@ -722,12 +722,18 @@ void RecordModeDependent(TraceState& st, const c10::FunctionSchema& schema, cons
 }
 
 // Dropout and friends draw only in training mode: with train=false they return the input (or a
-// copy) and the node is deterministic (no random-op restrictions on later value guards).
+// copy) and the node is deterministic (no random-op restrictions on later value guards). So do
+// ops whose dropout probability is a constant 0 (multi-layer RNNs' `dropout`, attention's
+// `dropout_p`).
 bool DrawsNothing(const c10::FunctionSchema& schema, const Node& node) {
   for (size_t i = 0; i < node.args.size() && i < schema.arguments().size(); ++i) {
-    if (schema.arguments()[i].name() != "train") continue;
+    const std::string& name = schema.arguments()[i].name();
     const NodeArg& a = node.args[i];
-    return a.kind == NodeArg::Kind::kConstant && a.constant.isBool() && !a.constant.toBool();
+    if (a.kind != NodeArg::Kind::kConstant) continue;
+    if (name == "train" && a.constant.isBool() && !a.constant.toBool()) return true;
+    if ((name == "dropout" || name == "dropout_p") && a.constant.isDouble() && a.constant.toDouble() == 0.0) {
+      return true;
+    }
   }
   return false;
 }

@@ -672,6 +672,84 @@ void AddFactoryCases(std::vector<Case>& cases) {
   cases.insert(cases.end(), more.begin(), more.end());
 }
 
+// Convolutions, pooling, recurrent layers, losses and attention (ops/conv.cc, ops/rnn.cc).
+void AddLayerCases(std::vector<Case>& cases) {
+  const std::vector<Case> more = {
+      {"aten::conv1d", {F({2, 4, 9}), F({6, 4, 3}), F({6})}},
+      {"aten::conv1d", {F({4, 9}), F({6, 2, 3}), None(), I({2}), I({1}), I({2}), 2}},
+      {"aten::conv2d", {F({2, 3, 8, 7}), F({5, 3, 3, 3})}},
+      {"aten::conv2d", {F({2, 4, 9, 10}), F({6, 2, 3, 2}), F({6}), I({2, 3}), I({1, 0}), I({1, 2}), 2}},
+      {"aten::conv2d", {F({3, 8, 8}), F({4, 3, 5, 5}), None(), I({3}), I({2})}},
+      {"aten::conv3d", {F({1, 2, 5, 6, 7}), F({3, 2, 2, 3, 2}), None(), I({1, 2, 1})}},
+      {"aten::conv_transpose1d", {F({2, 4, 5}), F({4, 3, 3})}},
+      {"aten::conv_transpose2d.input", {F({2, 4, 5, 6}), F({4, 3, 4, 4}), F({6}), I({2}), I({1}), I({1}), 2}},
+      {"aten::conv_transpose2d.input", {F({4, 5, 6}), F({4, 3, 3, 3}), None(), I({2, 1}), I({0}), I({1, 0}), 1, I({2})}},
+      {"aten::conv_transpose3d.input", {F({1, 2, 3, 4, 5}), F({2, 2, 2, 2, 2})}},
+      {"aten::convolution", {F({2, 3, 8, 8}), F({4, 3, 3, 3}), F({4}), I({2, 2}), I({1, 1}), I({1, 1}), false, I({0, 0}), 1}},
+      {"aten::convolution", {F({2, 4, 5, 5}), F({4, 2, 3, 3}), None(), I({2, 2}), I({1, 1}), I({1, 1}), true, I({1, 1}), 1}},
+      {"aten::_convolution", {F({2, 3, 8, 8}), F({4, 3, 3, 3}), None(), I({1, 1}), I({0, 0}), I({2, 2}), false, I({0, 0}), 1, false, false, true, true}},
+      {"aten::max_pool1d", {F({2, 3, 9}), I({3})}},
+      {"aten::max_pool2d", {F({2, 3, 9, 8}), I({2, 2})}},
+      {"aten::max_pool2d", {F({3, 9, 8}), I({3}), I({2}), I({1}), I({2}), true}},
+      {"aten::max_pool2d", {F({2, 3, 7, 7}), I({3, 2}), I({2, 2}), I({1, 0}), I({1}), true}},
+      {"aten::max_pool3d", {F({1, 2, 5, 6, 7}), I({2}), I({}), I({1})}},
+      {"aten::max_pool2d_with_indices", {F({2, 3, 9, 8}), I({2}), I({1})}},
+      {"aten::max_pool1d_with_indices", {F({2, 3, 9}), I({3}), I({2})}},
+      {"aten::max_pool3d_with_indices", {F({1, 2, 5, 6, 7}), I({2})}},
+      {"aten::avg_pool1d", {F({2, 3, 9}), I({3}), I({2}), I({1})}},
+      {"aten::avg_pool2d", {F({2, 3, 9, 8}), I({2, 3})}},
+      {"aten::avg_pool2d", {F({3, 10, 8}), I({3}), I({2}), I({1}), true}},
+      {"aten::avg_pool3d", {F({1, 2, 5, 6, 7}), I({2}), I({1}), I({0}), true}},
+      {"aten::adaptive_avg_pool1d", {F({2, 3, 9}), I({4})}},
+      {"aten::adaptive_avg_pool2d", {F({2, 3, 9, 8}), I({1, 1})}},
+      {"aten::adaptive_avg_pool2d", {F({3, 9, 8}), I({4, 3})}},
+      {"aten::adaptive_avg_pool3d", {F({1, 2, 5, 6, 7}), I({2, 2, 2})}},
+      {"aten::_adaptive_avg_pool2d", {F({2, 3, 9, 8}), I({2, 2})}},
+      {"aten::_adaptive_avg_pool3d", {F({1, 2, 5, 6, 7}), I({2, 1, 3})}},
+      {"aten::adaptive_max_pool1d", {F({2, 3, 9}), I({4})}},
+      {"aten::adaptive_max_pool2d", {F({2, 3, 9, 8}), I({3, 2})}},
+      {"aten::adaptive_max_pool3d", {F({2, 5, 6, 7}), I({2, 3, 1})}},
+      // lstm(input [T, B, I], hx [L*D, B, H] x2, params per layer and direction, has_biases,
+      // num_layers, dropout, train, bidirectional, batch_first)
+      {"aten::lstm.input", {F({5, 2, 3}), List({F({1, 2, 4}), F({1, 2, 4})}),
+                            List({F({16, 3}), F({16, 4}), F({16}), F({16})}), true, 1, 0.0, false, false, false}},
+      {"aten::lstm.input", {F({2, 5, 3}), List({F({2, 2, 4}), F({2, 2, 4})}),
+                            List({F({16, 3}), F({16, 4}), F({16, 3}), F({16, 4})}), false, 1, 0.0, false, true, true}},
+      {"aten::gru.input", {F({5, 2, 3}), F({2, 2, 4}),
+                           List({F({12, 3}), F({12, 4}), F({12}), F({12}), F({12, 4}), F({12, 4}), F({12}), F({12})}),
+                           true, 2, 0.0, false, false, false}},
+      {"aten::rnn_tanh.input", {F({2, 5, 3}), F({1, 2, 4}), List({F({4, 3}), F({4, 4})}), false, 1, 0.0, false, false, true}},
+      {"aten::rnn_relu.input", {F({5, 2, 3}), F({1, 2, 4}), List({F({4, 3}), F({4, 4})}), false, 1, 0.0, false, false, false}},
+      {"aten::lstm_cell", {F({2, 3}), List({F({2, 4}), F({2, 4})}), F({16, 3}), F({16, 4}), F({16}), F({16})}},
+      {"aten::gru_cell", {F({2, 3}), F({2, 4}), F({12, 3}), F({12, 4}), F({12}), F({12})}},
+      {"aten::rnn_tanh_cell", {F({2, 3}), F({2, 4}), F({4, 3}), F({4, 4})}},
+      {"aten::rnn_relu_cell", {F({1, 3}), F({1, 4}), F({4, 3}), F({4, 4})}},
+      {"aten::mse_loss", {F({2, 3}), F({2, 3})}},
+      {"aten::mse_loss", {F({2, 3}), F({2, 3}), 0}},
+      {"aten::l1_loss", {F({4}), F({4}), 0}},
+      {"aten::smooth_l1_loss", {F({2, 3}), F({2, 3}), 2}},
+      {"aten::huber_loss", {F({2, 3}), F({2, 3}), 0}},
+      {"aten::soft_margin_loss", {F({2, 3}), F({2, 3}), 0}},
+      {"aten::binary_cross_entropy", {F({2, 3}), F({2, 3})}},
+      {"aten::binary_cross_entropy", {F({2, 3}), F({2, 3}), F({3}), 0}},
+      {"aten::binary_cross_entropy_with_logits", {F({2, 3}), F({2, 3}), None(), None(), 0}},
+      {"aten::nll_loss", {F({4, 3}), L({4}, 3)}},
+      {"aten::nll_loss", {F({4, 3}), L({4}, 3), F({3}), 0}},
+      {"aten::nll_loss", {F({3}), L({}, 3), None(), 0}},
+      {"aten::nll_loss_nd", {F({2, 3, 4, 5}), L({2, 4, 5}, 3), None(), 0}},
+      {"aten::nll_loss2d", {F({2, 3, 4, 5}), L({2, 4, 5}, 3)}},
+      {"aten::nll_loss_forward", {F({4, 3}), L({4}, 3), None(), 0, -100}},
+      {"aten::nll_loss2d_forward", {F({2, 3, 4, 5}), L({2, 4, 5}, 3), None(), 1, -100}},
+      {"aten::cross_entropy_loss", {F({4, 3}), L({4}, 3)}},
+      {"aten::cross_entropy_loss", {F({4, 3, 2}), L({4, 2}, 3), None(), 0}},
+      {"aten::cross_entropy_loss", {F({4, 3}), F({4, 3}), None(), 0}},
+      {"aten::cross_entropy_loss", {F({3}), L({}, 3), F({3}), 0}},
+      {"aten::scaled_dot_product_attention", {F({2, 3, 5, 4}), F({2, 3, 6, 4}), F({2, 3, 6, 7})}},
+      {"aten::scaled_dot_product_attention", {F({5, 4}), F({6, 4}), F({6, 2}), B({5, 6})}},
+  };
+  cases.insert(cases.end(), more.begin(), more.end());
+}
+
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   AddUnaryCases(cases);
@@ -683,6 +761,7 @@ std::vector<Case> AllCases() {
   AddIndexingCases(cases);
   AddNormCases(cases);
   AddFactoryCases(cases);
+  AddLayerCases(cases);
   // Cases of ops this LibTorch does not have (Registry::Absent) are not run.
   cases.erase(std::remove_if(cases.begin(), cases.end(),
                              [](const Case& c) {
@@ -696,6 +775,20 @@ std::vector<Case> AllCases() {
 // Calls that eager LibTorch rejects because of their shapes.
 std::vector<Case> InvalidCases() {
   return {
+      {"aten::conv2d", {F({2, 4, 8, 8}), F({5, 3, 3, 3})}},
+      {"aten::conv2d", {F({2, 3, 2, 8}), F({5, 3, 3, 3})}},
+      {"aten::conv2d", {F({2, 3, 8}), F({5, 3, 3, 3}), None(), I({1}), I({0}), I({1}), 1}},
+      {"aten::conv2d", {F({2, 3, 8, 8}), F({5, 3, 3, 3}), F({4})}},
+      {"aten::conv_transpose2d.input", {F({2, 3, 5, 5}), F({4, 3, 3, 3})}},
+      {"aten::adaptive_avg_pool2d", {F({2, 3, 4, 4}), I({2})}},
+      {"aten::max_pool2d", {F({2, 3, 2, 2}), I({3})}},
+      {"aten::max_pool2d", {F({2, 3, 8, 8}), I({2}), I({2}), I({2})}},
+      {"aten::adaptive_avg_pool2d", {F({2, 3, 0, 4}), I({2, 2})}},
+      {"aten::lstm_cell", {F({2, 5}), List({F({2, 4}), F({2, 4})}), F({16, 3}), F({16, 4})}},
+      {"aten::gru_cell", {F({2, 3}), F({3, 4}), F({12, 3}), F({12, 4})}},
+      {"aten::nll_loss", {F({4, 3}), L({5}, 3)}},
+      {"aten::binary_cross_entropy", {F({2, 3}), F({3, 2})}},
+      {"aten::cross_entropy_loss", {F({4, 3}), L({4, 2}, 3)}},
       {"aten::add.Tensor", {F({3}), F({4})}},
       {"aten::add_.Tensor", {F({1}), F({3})}},
       {"aten::mul_.Tensor", {F({3}), F({2, 3})}},

@@ -73,6 +73,65 @@ TEST(ShapePassTest, CatAddsSizesAndMatmulRelatesInnerDims) {
   EXPECT_THAT(t.pass.requirements[0].why, HasSubstr("aten::matmul"));
 }
 
+// A tutorial-style CNN (conv -> batch_norm -> relu -> max_pool -> conv with stride -> adaptive
+// pool -> flatten -> linear): the batch dim stays symbolic through every layer, spatial sizes
+// are constants, and nothing is specialized.
+TEST(ShapePassTest, ConvolutionalLayersKeepTheBatchSymbolic) {
+  torch::manual_seed(0);
+  const at::Tensor w1 = torch::randn({8, 3, 3, 3}), w2 = torch::randn({4, 8, 3, 3}), fc = torch::randn({10, 4});
+  const at::Tensor mean = torch::zeros({8}), var = torch::ones({8});
+  auto t = TraceAndPropagate([&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 at::Tensor x = torch::conv2d(a[0].toTensor(), w1, {}, 1, 1);
+                 x = torch::batch_norm(x, {}, {}, mean, var, false, 0.1, 1e-5, false).relu();
+                 x = torch::max_pool2d(x, 2);
+                 x = torch::conv2d(x, w2, {}, 2);
+                 x = torch::adaptive_avg_pool2d(x, {1, 1});
+                 return {torch::linear(torch::flatten(x, 1), fc), torch::conv_transpose2d(x, w2)};
+               },
+               {torch::randn({5, 3, 12, 12})}, {{0, 0}});
+  ASSERT_EQ(t.pass.symbols.size(), 1u);
+  EXPECT_TRUE(t.pass.specialized.empty()) << t.pass.specialized.begin()->second;
+  EXPECT_EQ(t.Output(0), "[s0, 10]");
+  EXPECT_EQ(t.Output(1), "[s0, 8, 3, 3]");
+}
+
+// A spatial size under a stride that does not divide it specializes, naming the op.
+TEST(ShapePassTest, StridedConvolutionOverASymbolicWidthSpecializesIt) {
+  const at::Tensor w = torch::randn({4, 3, 3, 3});
+  auto t = TraceAndPropagate([&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 return {torch::conv2d(a[0].toTensor(), w, {}, 2)};
+               },
+               {torch::randn({2, 3, 9, 9})}, {{0, 0}, {0, 3}});
+  ASSERT_EQ(t.pass.symbols.size(), 2u);
+  ASSERT_EQ(t.pass.specialized.size(), 1u);
+  EXPECT_EQ(t.pass.specialized.begin()->first, 1);
+  EXPECT_THAT(t.pass.specialized.begin()->second, HasSubstr("aten::conv2d"));
+  EXPECT_EQ(t.Output(0), "[s0, 4, 4, 4]");
+}
+
+// aten::lstm over a sequence and aten::lstm_cell: batch and time stay symbolic.
+TEST(ShapePassTest, RecurrentLayersKeepBatchAndTimeSymbolic) {
+  torch::manual_seed(0);
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(3, 4));
+  torch::nn::LSTMCell cell(3, 4);
+  auto t = TraceAndPropagate([&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 const at::Tensor& x = a[0].toTensor();  // [T, B, 3]
+                 const at::Tensor& h = a[1].toTensor();  // [1, B, 4]
+                 // The ops themselves (nn::LSTM's forward reads input.size(1) in C++ to check hx).
+                 auto out = std::get<0>(torch::lstm(x, {h, h}, lstm->all_weights(), true, 1, 0.0, false, false, false));
+                 auto hc = torch::lstm_cell(x[0], {h[0], h[0]}, cell->weight_ih, cell->weight_hh, cell->bias_ih,
+                                            cell->bias_hh);
+                 return {out, std::get<0>(hc)};
+               },
+               {torch::randn({6, 5, 3}), torch::randn({1, 5, 4})}, {{0, 0}, {0, 1}, {1, 1}});
+  ASSERT_EQ(t.pass.symbols.size(), 3u);
+  EXPECT_TRUE(t.pass.specialized.empty()) << t.pass.specialized.begin()->second;
+  EXPECT_EQ(t.Output(0), "[s0, s1, 4]");
+  EXPECT_EQ(t.Output(1), "[s2, 4]");  // h's batch, required equal to the input's
+  ASSERT_EQ(t.pass.requirements.size(), 2u);
+  EXPECT_EQ((t.pass.requirements[0].lhs - t.pass.requirements[0].rhs).ToString(), "-s1 + s2");
+}
+
 TEST(ShapePassTest, UserSizeReadSpecializesWithProvenance) {
   auto t = TraceAndPropagate([](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
                  at::Tensor x = a[0].toTensor();
