@@ -451,8 +451,16 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
 
   const int limit = std::max(0, options_.cache_size_limit);
   if (static_cast<int>(entries.size()) >= limit) {
-    const std::string message = absl::StrCat("warden hit cache_size_limit (", limit, ")\n   function: '",
-                                             options_.name, "'\n   last reason: ", last_reason);
+    std::string message = absl::StrCat("warden hit cache_size_limit (", limit, ")\n   function: '",
+                                       options_.name, "'\n   last reason: ", last_reason,
+                                       "\n   from now on: calls that match no entry run eagerly (stats().eager_calls)");
+    if (!last_kept_static_.empty()) {
+      absl::StrAppend(&message, "\n   dims that could not become dynamic: ", last_kept_static_,
+                      "\n   to avoid: keep such sizes out of C++ code (x.flatten(1) or view({-1, n}) instead of "
+                      "view({x.size(0), -1}); pass RNN states in), or raise cache_size_limit");
+    } else {
+      absl::StrAppend(&message, "\n   to avoid: mark_dynamic() the dims that vary, or raise cache_size_limit");
+    }
     event.action = absl::StrCat("cache_size_limit (", limit, ") hit: ",
                                 options_.fail_on_cache_limit ? "raised an error" : "ran eagerly");
     if (trace_ != nullptr) TraceMiss(*this, "cache_limit", event, entries, args, names, failures, {{"limit", limit}});
@@ -592,7 +600,10 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   for (int arg : promotion.promoted) names_now.push_back(names[arg]);
   std::string became_dynamic;
   if (!names_now.empty()) became_dynamic = absl::StrCat(" with ", absl::StrJoin(names_now, ", "), " dynamic");
-  if (!kept_static.empty()) absl::StrAppend(&became_dynamic, "; ", absl::StrJoin(kept_static, "; "));
+  if (!kept_static.empty()) {
+    absl::StrAppend(&became_dynamic, "; ", absl::StrJoin(kept_static, "; "));
+    last_kept_static_ = absl::StrJoin(kept_static, "; ");
+  }
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   modules.RecordFlagsAfterCall();
   {
@@ -756,6 +767,9 @@ CompiledFunction compile(Fn fn, Options options) {
   options.name = runtime::EscapeControl(options.name);
   for (std::string& n : options.arg_names) n = runtime::EscapeControl(n);
   const int id = next_function_id.fetch_add(1);
+  // Without a name of its own, a function is told apart from the others by its id (the cache
+  // limit warning, logs, the trace log and `warden report` all show it).
+  if (options.name == Options().name) options.name = absl::StrCat(options.name, "#", id);
   return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
 }
 

@@ -135,6 +135,7 @@ class CompiledFunction::Impl {
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
   std::set<std::pair<int, int>> warned_static_;    // mark_dynamic dims already warned about
+  std::string last_kept_static_;  // the latest compile's "argN.size(d) stays static: why" texts
   std::set<int> static_scalars_;                   // marked scalars a compile kept specialized
   // async_compile jobs (Note [Compile pool]); ~Impl cancels the queued ones and waits for the rest.
   std::shared_ptr<runtime::CompilePool::Group> jobs_ = std::make_shared<runtime::CompilePool::Group>();

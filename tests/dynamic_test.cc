@@ -229,6 +229,58 @@ TEST(Dynamic, CacheLimitUnderAuto) {
   EXPECT_EQ(f.recompiles().back().reasons.size(), 3u);
 }
 
+// A size the function's C++ code reads (view({x.size(0), -1}), as the MNIST example writes it)
+// keeps that dim static: each recompile says which dim stayed static and why, and the cache-limit
+// warning names the function by its default name and says what would have avoided it.
+TEST(Dynamic, SizeReadByUserCodeSaysWhyItStaysStatic) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {x.relu().view({x.size(0), -1})};
+  };
+  warden::Options o = Mode(warden::Dynamic::kAuto);
+  o.name = warden::Options().name;  // the default name
+  o.cache_size_limit = 3;
+  auto f = warden::compile(fn, o);
+  testing::internal::CaptureStderr();
+  for (int64_t n : {2, 3, 4, 5}) {
+    auto x = torch::randn({n, 2, 3});
+    ExpectSame(f({x}), fn({x}));
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_EQ(f.stats().eager_calls, 1);
+  const auto events = f.recompiles();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].action, "recompiled; arg0.size(0) stays static: %arg0.size(0) read by user code");
+  EXPECT_EQ(events[1].action, events[0].action);
+  EXPECT_THAT(err, HasSubstr("function: 'fn#"));
+  EXPECT_THAT(err, HasSubstr("dims that could not become dynamic: arg0.size(0) stays static: %arg0.size(0) read by user code"));
+  EXPECT_THAT(err, HasSubstr("view({-1, n})"));
+  // The same code written without the read stays dynamic.
+  auto g = warden::compile(
+      [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> { return {a[0].toTensor().relu().flatten(1)}; },
+      Mode(warden::Dynamic::kAuto));
+  for (int64_t n : {2, 3, 4, 5}) g({torch::randn({n, 2, 3})});
+  EXPECT_EQ(g.stats().compiles, 2);
+}
+
+// mark_dynamic on a dim that cannot become symbolic warns once, naming the reason.
+TEST(Dynamic, MarkDynamicThatCannotBeHonoredWarnsOnce) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {x.view({x.size(0), -1})};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kStatic, "reader"));
+  f.mark_dynamic(0, 0);
+  testing::internal::CaptureStderr();
+  for (int64_t n : {2, 3, 4}) f({torch::randn({n, 3})});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr("warden: function 'reader': mark_dynamic(0, 0) is not honored: arg0.size(0) stays "
+                             "static (%arg0.size(0) read by user code)"));
+  EXPECT_EQ(err.find("mark_dynamic(0, 0)"), err.rfind("mark_dynamic(0, 0)")) << "warned twice: " << err;
+  EXPECT_THAT(f.recompiles().at(0).action, HasSubstr("arg0.size(0) stays static"));
+}
+
 TEST(Dynamic, ScalarArgumentsStaySpecializedUnderAuto) {
   // C++ scalars cannot be made symbolic soundly (branches on them are invisible to the tracer):
   // each value is its own entry, with the value in the reason.
