@@ -19,11 +19,11 @@ constexpr size_t kAbsent = SIZE_MAX;
 
 // A size list argument, as ATen's check_size_nonnegative sees it.
 absl::StatusOr<Shape> SizeList(const ShapeContext& ctx, size_t i) {
-  const std::vector<int64_t> sizes = ctx.Ints(i);
-  for (int64_t s : sizes) {
-    if (s < 0) return ShapeError(ctx, "trying to create tensor with negative dimension ", s);
+  const std::vector<Dim> sizes = ctx.Dims(i);
+  for (const Dim& s : sizes) {
+    if (ConstantBelow(s, 0)) return ShapeError(ctx, "trying to create tensor with negative dimension ", s);
   }
-  return Shape(sizes.begin(), sizes.end());
+  return sizes;
 }
 
 // The rule "the output has the sizes given by argument i".

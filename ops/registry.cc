@@ -40,6 +40,12 @@ std::vector<int64_t> ShapeContext::Ints(size_t i) const {
   return {};
 }
 
+std::vector<Dim> ShapeContext::Dims(size_t i) const {
+  if (i < args_.size() && !args_[i].dims.empty()) return args_[i].dims;
+  const std::vector<int64_t> ints = Ints(i);
+  return std::vector<Dim>(ints.begin(), ints.end());
+}
+
 bool ShapeContext::Bool(size_t i) const {
   if (i >= args_.size()) return false;
   const c10::IValue& v = args_[i].constant;

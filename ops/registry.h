@@ -52,6 +52,9 @@ class ShapeContext {
     Shape shape;                    // kTensor
     std::vector<Shape> list;        // kTensorList (undefined list entries have an empty shape)
     c10::IValue constant;           // kConstant: ints, doubles, int lists, dtypes, ...
+    // kConstant int / int[] with elements that are argument sizes at run time (tracer::SizeRef):
+    // every element as a Dim, those elements symbolic. Empty otherwise.
+    std::vector<Dim> dims;
   };
 
   ShapeContext(std::string op, std::vector<Arg> args, SymbolicFacts* facts = nullptr)
@@ -66,6 +69,11 @@ class ShapeContext {
   const std::vector<Shape>& shapes(size_t i) const;   // requires a tensor list
   int64_t Int(size_t i) const;                        // constant int argument
   std::vector<int64_t> Ints(size_t i) const;          // constant int[] argument (or a single int)
+  // The same as sizes: symbolic where an element is an argument size read at run time. Rules that
+  // take sizes (view, reshape, expand, factories) read them through this, so such a graph keeps
+  // its symbols; rules that use Ints() see the traced values (and the shape pass then finds
+  // their result static where it should not be: Note [Verified size reads] checks for that).
+  std::vector<Dim> Dims(size_t i) const;
   bool Bool(size_t i) const;
 
   // Records that the op needs a == b (broadcast, inner dims of matmul, ...). With concrete sizes

@@ -24,6 +24,19 @@ struct Round {
   const std::map<std::pair<int, int>, int>& symbol_of;  // (arg, dim) -> symbol
   std::map<int, std::string>& specialized;
   ShapePassResult& out;
+  bool verify_reads = false;
+
+  // A read of dim `d` of a value: left symbolic (and reported) when verifying reads and the dim is
+  // exactly one symbol, else specialized.
+  void Read(const Dim& d, const std::string& why) {
+    if (verify_reads) {
+      if (const auto s = d.as_symbol()) {
+        out.read_symbols.emplace(*s, why);
+        return;
+      }
+    }
+    SpecializeAll({d}, why);
+  }
 
   int64_t Evaluate(const Dim& d) const {
     std::vector<int64_t> values(symbols.size());
@@ -61,8 +74,13 @@ struct Round {
       const Shape& shape = out.shapes[r.value];
       if (r.what == tracer::MetadataRead::What::kSizes && r.dim >= 0) {
         if (r.dim < static_cast<int>(shape.size())) {
-          SpecializeAll({shape[r.dim]}, absl::StrCat(g.ValueName(r.value), ".size(", r.dim,
-                                                     ") read by ", r.by));
+          Read(shape[r.dim], absl::StrCat(g.ValueName(r.value), ".size(", r.dim, ") read by ", r.by));
+        }
+        continue;
+      }
+      if (r.what == tracer::MetadataRead::What::kSizes) {
+        for (size_t d = 0; d < shape.size(); ++d) {
+          Read(shape[d], absl::StrCat("sizes of ", g.ValueName(r.value), " read by ", r.by));
         }
         continue;
       }
@@ -111,6 +129,18 @@ struct Round {
           } else {
             s.kind = ShapeContext::Arg::Kind::kConstant;
             s.constant = a.constant;
+            if (!a.sizes_of.empty()) {
+              // Argument sizes at run time: the symbol of that dim where it has one.
+              std::vector<int64_t> ints = a.constant.isIntList() ? a.constant.toIntVector()
+                                                                 : std::vector<int64_t>{a.constant.toInt()};
+              s.dims.assign(ints.begin(), ints.end());
+              for (const tracer::SizeRef& ref : a.sizes_of) {
+                auto it = symbol_of.find({ref.arg, ref.dim});
+                if (it == symbol_of.end() || specialized.count(it->second)) continue;
+                s.dims[ref.elem < 0 ? 0 : ref.elem] = Dim::Symbol(it->second);
+                symbolic = true;
+              }
+            }
           }
           break;
         case NodeArg::Kind::kValue:
@@ -172,7 +202,7 @@ std::string SymbolName(const SymbolSource& s, const std::vector<std::string>& ar
 }
 
 ShapePassResult PropagateShapes(const Graph& g, const std::vector<tracer::MetadataRead>& reads,
-                                const std::set<std::pair<int, int>>& dynamic) {
+                                const std::set<std::pair<int, int>>& dynamic, bool verify_reads) {
   ShapePassResult out;
   std::map<std::pair<int, int>, int> symbol_of;
   for (size_t arg = 0; arg < g.arg_values.size(); ++arg) {
@@ -192,10 +222,13 @@ ShapePassResult PropagateShapes(const Graph& g, const std::vector<tracer::Metada
     const size_t before = specialized.size();
     ShapePassResult attempt;
     attempt.symbols = out.symbols;
-    Round r{g, reads, out.symbols, symbol_of, specialized, attempt};
+    Round r{g, reads, out.symbols, symbol_of, specialized, attempt, verify_reads};
     r.Run();
     out.shapes = std::move(attempt.shapes);
     out.requirements = std::move(attempt.requirements);
+    // Every round's: a read symbol a later round has specialized (a rule needed its value) is
+    // still one C++ read.
+    out.read_symbols.insert(attempt.read_symbols.begin(), attempt.read_symbols.end());
     out.iterations = round + 1;
     if (specialized.size() == before) break;
   }

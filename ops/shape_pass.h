@@ -29,15 +29,20 @@ struct ShapePassResult {
   std::vector<Shape> shapes;            // per value id (empty for non-tensors)
   std::vector<SymbolicFacts::Requirement> requirements;  // why: "required by aten::x at %3 (...)"
   std::map<int, std::string> specialized;                 // symbol -> why it became static
+  // With verify_reads: symbols C++ code read as plain integers that were left symbolic, for the
+  // caller to verify per value by re-tracing (Note [Verified size reads]), with who read them.
+  std::map<int, std::string> read_symbols;
   int iterations = 0;
 };
 
 // Makes (arg, dim) symbolic for every pair in `dynamic` whose traced size is >= 2 (sizes 0 and 1
 // always specialize: broadcasting and empty tensors behave differently). `dim == -1` in a pair
 // means every dim of that argument.
+// `verify_reads`: a size read by code outside the graph (user code, a decomposed composite) whose
+// dim is exactly a symbol stays symbolic and is reported in read_symbols instead of specializing.
 ShapePassResult PropagateShapes(const tracer::Graph& graph,
                                 const std::vector<tracer::MetadataRead>& reads,
-                                const std::set<std::pair<int, int>>& dynamic);
+                                const std::set<std::pair<int, int>>& dynamic, bool verify_reads = false);
 
 // "arg0.size(1)" for a symbol, given argument names.
 std::string SymbolName(const SymbolSource& s, const std::vector<std::string>& arg_names);

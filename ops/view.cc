@@ -21,19 +21,21 @@ absl::StatusOr<Shapes> One(absl::StatusOr<Shape> shape) {
 }
 
 // ATen's infer_size: `sizes` may hold one -1, solved so the element count stays `numel`.
-absl::StatusOr<Shape> InferSize(const ShapeContext& ctx, const std::vector<int64_t>& sizes,
-                                Dim numel) {
+// Sizes may be symbolic (argument sizes read at run time, ShapeContext::Dims); those are >= 2.
+absl::StatusOr<Shape> InferSize(const ShapeContext& ctx, const std::vector<Dim>& sizes, Dim numel) {
   Shape out(sizes.begin(), sizes.end());
-  int64_t known = 1;
+  Dim known = 1;
   int infer = -1;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == -1) {
+    if (!sizes[i].is_constant()) {
+      known = known * sizes[i];
+    } else if (sizes[i].constant() == -1) {
       if (infer >= 0) return ShapeError(ctx, "only one dimension can be inferred");
       infer = static_cast<int>(i);
-    } else if (sizes[i] >= 0) {
-      known *= sizes[i];
+    } else if (sizes[i].constant() >= 0) {
+      known = known * sizes[i];
     } else {
-      return ShapeError(ctx, "invalid shape dimension ", sizes[i]);
+      return ShapeError(ctx, "invalid shape dimension ", sizes[i].constant());
     }
   }
   if (infer < 0) {
@@ -54,7 +56,7 @@ absl::StatusOr<Shape> InferSize(const ShapeContext& ctx, const std::vector<int64
 
 // view/reshape/_unsafe_view(self, size).
 absl::StatusOr<Shapes> View(const ShapeContext& ctx) {
-  return One(InferSize(ctx, ctx.Ints(1), Numel(ctx.shape(0))));
+  return One(InferSize(ctx, ctx.Dims(1), Numel(ctx.shape(0))));
 }
 
 // view_as/reshape_as(self, other).
@@ -96,7 +98,7 @@ absl::StatusOr<Shapes> Unflatten(const ShapeContext& ctx) {
   const Shape& in = ctx.shape(0);
   absl::StatusOr<int64_t> dim = WrapDim(ctx.Int(1), in.size(), ctx.op());
   if (!dim.ok()) return dim.status();
-  const std::vector<int64_t> sizes = ctx.Ints(2);
+  const std::vector<Dim> sizes = ctx.Dims(2);
   if (sizes.empty()) return ShapeError(ctx, "sizes must be non-empty");
   if (in.empty()) return ShapeError(ctx, "cannot unflatten a 0-dim tensor");
   absl::StatusOr<Shape> inner = InferSize(ctx, sizes, in[*dim]);
@@ -259,8 +261,7 @@ absl::StatusOr<Shape> ExpandShape(const ShapeContext& ctx, const Shape& in,
 }
 
 absl::StatusOr<Shapes> Expand(const ShapeContext& ctx) {
-  const std::vector<int64_t> sizes = ctx.Ints(1);
-  return One(ExpandShape(ctx, ctx.shape(0), Shape(sizes.begin(), sizes.end())));
+  return One(ExpandShape(ctx, ctx.shape(0), ctx.Dims(1)));
 }
 
 absl::StatusOr<Shapes> ExpandAs(const ShapeContext& ctx) {

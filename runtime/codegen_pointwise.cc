@@ -685,6 +685,9 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
 std::string FusionBlocker(const Graph& g, const Node& node) {
   if (!node.handle) return "no operator";
   if (node.mutates) return "in-place";
+  for (const tracer::NodeArg& a : node.args) {
+    if (!a.sizes_of.empty()) return "takes argument sizes at run time";  // replayed (codegen_replay)
+  }
   if (node.random) return "random";
   if (node.kind == tracer::NodeKind::kDataDependent) return "data-dependent";
   if (node.mode) return "runs under a thread-local mode the function set";  // Note [Thread modes]

@@ -99,6 +99,9 @@ ReductionInfo ReductionOf(const Graph& g, const Node& node) {
   ReductionInfo none;
   auto it = ReductionTable().find(node.op);
   if (it == ReductionTable().end() || !node.handle || node.mutates || node.mode) return none;
+  for (const NodeArg& a : node.args) {
+    if (!a.sizes_of.empty()) return none;  // argument sizes at run time: replayed
+  }
   const ReductionDef& def = it->second;
   if (node.args.size() != static_cast<size_t>(def.args) || node.returns.size() != 1 ||
       node.returns[0].kind != NodeReturn::Kind::kTensor || node.returns[0].values.size() != 1 ||

@@ -40,8 +40,9 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
     OpStepArg a;
     switch (na.kind) {
       case NodeArg::Kind::kConstant:
-        a.kind = OpStepArg::Kind::kConstant;
+        a.kind = na.sizes_of.empty() ? OpStepArg::Kind::kConstant : OpStepArg::Kind::kRunTimeSizes;
         a.constant = na.constant;
+        for (const tracer::SizeRef& r : na.sizes_of) a.sizes.push_back({r.elem, slots.Slot(g.arg_values.at(r.arg)), r.dim});
         break;
       case NodeArg::Kind::kValue:
         a.slot = slots.Slot(na.value);
@@ -96,6 +97,16 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
       case OpStepArg::Kind::kConstant:
         stack.push_back(a.constant);
         break;
+      case OpStepArg::Kind::kRunTimeSizes: {
+        if (!a.constant.isIntList()) {
+          stack.emplace_back(slots[a.sizes[0].slot].toTensor().size(a.sizes[0].dim));
+          break;
+        }
+        std::vector<int64_t> ints = a.constant.toIntVector();
+        for (const OpStepArg::RunTimeSize& r : a.sizes) ints[r.elem] = slots[r.slot].toTensor().size(r.dim);
+        stack.emplace_back(std::move(ints));
+        break;
+      }
       case OpStepArg::Kind::kSlot:
         stack.push_back(slots[a.slot]);
         break;

@@ -37,7 +37,13 @@ class SlotMap {
 // One argument of a step, resolved at compile time: constants (including captured tensors) are
 // pre-built IValues; values index the per-run slot array.
 struct OpStepArg {
-  enum class Kind : uint8_t { kConstant, kSlot, kSlotList, kOptSlotList } kind = Kind::kConstant;
+  // kRunTimeSizes: an int / int[] constant some of whose elements are argument sizes of this run
+  // (tracer::SizeRef): `constant` with sizes[k] = {element, slot of the argument, dim} patched in.
+  enum class Kind : uint8_t { kConstant, kSlot, kSlotList, kOptSlotList, kRunTimeSizes } kind = Kind::kConstant;
+  struct RunTimeSize {
+    int elem, slot, dim;
+  };
+  std::vector<RunTimeSize> sizes;
   c10::IValue constant;
   int slot = -1;
   std::vector<int> slots;                   // -1: None or a constant entry of list_constants

@@ -2,9 +2,11 @@
 // (hit), otherwise trace + build guards + compile + publish (miss), with the recompile event.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
@@ -70,6 +72,75 @@ absl::StatusOr<Compiled> CompileWithFallback(const std::string& name, const std:
   c.backend = backend->name();
   if (context.output_code) LogOutputCode(*c.artifact, where);
   return c;
+}
+
+// Note [Verified size reads], steps 1 and 2: `shapes` (a pass with verify_reads) left some sizes
+// C++ read symbolic. Finds an earlier entry whose trace differs from `trace` only in those sizes,
+// makes trace.graph the generalized graph and `shapes` its pass, and returns the entry's set with
+// this call's sizes in it; null (and `why`) when no entry's trace matches or the check fails.
+std::shared_ptr<runtime::VerifiedSizes> GeneralizeReads(tracer::TraceResult& trace,
+                                                        const std::vector<std::shared_ptr<const CacheEntry>>& entries,
+                                                        const std::set<std::pair<int, int>>& dynamic,
+                                                        const std::vector<std::string>& names, ops::ShapePassResult* shapes,
+                                                        std::string* why, bool* pending) {
+  *pending = false;
+  std::vector<std::pair<int, int>> read_dims;
+  std::vector<std::string> read_names;
+  // Also those a rule specialized: in the traced graph their values are still plain constants
+  // (view(x, [4, -1]) cannot divide s0*6 by 4); the generalized graph's pass decides.
+  for (const auto& [k, reader] : shapes->read_symbols) {
+    read_dims.emplace_back(shapes->symbols[k].arg, shapes->symbols[k].dim);
+    read_names.push_back(ops::SymbolName(shapes->symbols[k], names));
+  }
+  if (read_dims.empty()) return nullptr;
+  const std::string what = absl::StrJoin(read_names, ", ");
+  for (const auto& e : entries) {
+    if (e->verified != nullptr) continue;  // only plain traces: a generalized graph has its own set
+    tracer::TraceResult before;
+    before.graph = std::const_pointer_cast<tracer::Graph>(e->graph);
+    before.reads = e->reads;
+    std::string diff;
+    std::shared_ptr<tracer::Graph> general = runtime::Generalize(trace, before, read_dims, &diff);
+    if (general == nullptr) {
+      if (why->empty()) *why = absl::StrCat(what, " read by C++ stays static: unlike entry ", e->index, "'s trace, ", diff);
+      continue;
+    }
+    ops::ShapePassResult pass = ops::PropagateShapes(*general, trace.reads, dynamic, /*verify_reads=*/true);
+    bool symbolic = true;
+    for (const auto& [arg, dim] : read_dims) {
+      bool found = false;
+      for (size_t k = 0; k < pass.symbols.size(); ++k) {
+        if (pass.symbols[k].arg == arg && pass.symbols[k].dim == dim) found = !pass.specialized.count(static_cast<int>(k));
+      }
+      symbolic &= found;
+    }
+    std::string mismatch = symbolic ? runtime::InstanceMismatch(*general, trace.reads, pass, trace)
+                                    : "a shape rule specialized it in the generalized graph";
+    if (mismatch.empty()) {
+      // The earlier trace must be an instance too (unless its sizes are 0 or 1, outside the symbols'
+      // domain): otherwise a rule lost the symbol and every new value would fail verification.
+      const std::string earlier = runtime::InstanceMismatch(*general, trace.reads, pass, before);
+      if (!earlier.empty() && earlier != "a symbolic size is 0 or 1") mismatch = absl::StrCat("entry ", e->index, ": ", earlier);
+    }
+    if (!mismatch.empty()) {
+      if (why->empty()) *why = absl::StrCat(what, " read by C++ stays static: ", mismatch);
+      continue;
+    }
+    auto verified = std::make_shared<runtime::VerifiedSizes>(read_dims, read_names);
+    trace.graph = std::move(general);
+    *shapes = std::move(pass);
+    std::vector<int64_t> tuple;
+    for (const auto& [arg, dim] : read_dims) {
+      tuple.push_back(trace.graph->value(trace.graph->arg_values[arg]).meta.sizes[dim]);
+    }
+    verified->Add(tuple);
+    return verified;
+  }
+  if (why->empty()) {
+    *pending = true;  // no earlier trace to compare with: the next size's miss generalizes
+    *why = absl::StrCat(what, " read by C++: static until a second size shows what depends on it");
+  }
+  return nullptr;
 }
 
 CompileContext ContextOf(const CacheEntry& entry, const Options& options, const runtime::LogTopics& logs) {
@@ -224,7 +295,8 @@ CompiledFunction::Impl::~Impl() {
     }
     trace_->Emit("function_end", {{"fn", options_.name}, {"fn_id", id_}, {"calls", calls_.load()},
                                   {"cache_hits", Hits()}, {"compiles", compiles_.load()},
-                                  {"eager_calls", eager_calls_.load()}, {"eager_reason", eager_reason_},
+                                  {"eager_calls", eager_calls_.load()}, {"size_verifications", verifications_.load()},
+                                  {"eager_reason", eager_reason_},
                                   {"entries", entries}});
   }
 }
@@ -384,7 +456,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
       const guards::SignatureIndex::Range candidates = group.index.Candidates(args.data(), args.size());
       for (const uint32_t* c = candidates.begin; c != candidates.end; ++c) {
         const CacheEntry* e = group.entries[*c];
-        if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check()) continue;
+        if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check() || !e->Verified(args.data())) continue;
         std::vector<at::Tensor> outputs;
         std::string failure;
         if (e->artifact->Run(args, &outputs, &failure)) {
@@ -414,7 +486,9 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   const std::vector<std::string> names = ArgNames(args.size());
   std::map<int, std::string> failures = value_failures;
   for (const auto& e : snapshot_.load()->entries) {
-    if (failures.count(e->index) || !e->program.Check(args) || !e->modules.Check()) continue;
+    if (failures.count(e->index) || !e->program.Check(args) || !e->modules.Check() || !e->Verified(args.data())) {
+      continue;
+    }
     std::vector<at::Tensor> outputs;
     std::string failure;
     if (e->artifact->Run(args, &outputs, &failure)) {
@@ -443,11 +517,64 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     auto it = failures.find(e->index);
     std::string reason = it != failures.end() ? it->second : e->program.FirstFailure(args, names);
     if (reason.empty()) reason = e->modules.FirstFailure();
+    if (reason.empty() && e->verified != nullptr) reason = e->verified->Failure(args.data());
     if (reason.empty()) reason = "guards passed but the entry was not used";  // cannot happen
     absl::StrAppend(&log, "    - ", id_, "/", e->index, ": ", reason, "\n");
     if (last_reason.empty()) last_reason = absl::StrCat(id_, "/", e->index, ": ", reason);
     event.reasons.push_back(std::move(reason));
   }
+
+  // Note [Verified size reads], step 3: an entry whose only failing check is its set of verified
+  // read sizes re-traces instead of recompiling. The trace is the call's result either way; if it
+  // is not an instance of the entry's graph, it is the trace the recompile below uses.
+  std::optional<tracer::TraceResult> pretrace;
+  std::optional<ModuleGuards> pre_modules;
+  std::string verify_note;
+  for (const auto& e : entries) {
+    if (tracing_) break;
+    if (e->verified == nullptr || failures.count(e->index) || !e->program.Check(args) || !e->modules.Check()) continue;
+    ModuleGuards modules = ModuleGuards::Capture(watched_);
+    const TraceClock::time_point start = TraceClock::now();
+    tracer::TraceResult t;
+    try {
+      UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
+      t = tracer::Trace(fn_, args, names);
+    } catch (...) {
+      event.action = "retraced: the function raised an exception (no entry added)";
+      if (logs_.recompiles) runtime::LogToStderr(log);
+      RecordEvent(std::move(event));
+      throw;
+    }
+    const std::string mismatch = runtime::InstanceMismatch(*e->graph, e->reads, *e->shapes, t);
+    const std::string tuple_text = e->verified->TupleText(e->verified->TupleOf(args.data()));
+    if (mismatch.empty()) {
+      e->verified->Add(e->verified->TupleOf(args.data()));
+      verifications_.fetch_add(1);
+      event.action = absl::StrCat("verified ", tuple_text, " against entry ", id_, "/", e->index, " (re-trace ",
+                                  absl::StrFormat("%.2f", Millis(TraceClock::now() - start)), " ms, no compile)");
+      if (logs_.recompiles) {
+        runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+      }
+      if (trace_ != nullptr) {
+        TraceMiss(*this, "size_verified", event, entries, args, names, failures,
+                  {{"entry", EntryId(*this, e->index)}});
+      }
+      RecordEvent(std::move(event));
+      return t.outputs;
+    }
+    verify_note = absl::StrCat("re-traced for ", tuple_text, ", which entry ", id_, "/", e->index,
+                               " could not verify: ", mismatch);
+    pretrace = std::move(t);
+    pre_modules = std::move(modules);
+    break;
+  }
+  // The call already ran the user's function (a re-trace): its result stands when nothing compiles.
+  auto eagerly = [&]() -> std::vector<at::Tensor> {
+    lock.unlock();
+    eager_calls_.fetch_add(1);
+    if (pretrace && !pretrace->rerun_eagerly) return pretrace->outputs;
+    return fn_(args);
+  };
 
   const int limit = std::max(0, options_.cache_size_limit);
   if (static_cast<int>(entries.size()) >= limit) {
@@ -470,9 +597,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       runtime::LogToStderr(message);
     }
     if (options_.fail_on_cache_limit) throw Error(message);
-    lock.unlock();
-    eager_calls_.fetch_add(1);
-    return fn_(args);
+    return eagerly();
   }
 
   // Note [No lock around user code]
@@ -484,11 +609,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   // that it runs the function eagerly instead of tracing it again, which is what breaks the cycle
   // when the traced body waits for a thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
   // so a miss that waited finds the entry: a signature is never compiled twice.
-  if (tracing_) {
-    lock.unlock();
-    eager_calls_.fetch_add(1);
-    return fn_(args);
-  }
+  if (tracing_) return eagerly();
 
   // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
   // leave no entry behind.
@@ -500,11 +621,15 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   }
   // Watched modules as the call found them (Note [Watched modules]: the entry's guards describe
   // the state at entry, and flags the function itself changes are replayed on hits).
-  ModuleGuards modules = ModuleGuards::Capture(watched_);
+  ModuleGuards modules = pre_modules ? std::move(*pre_modules) : ModuleGuards::Capture(watched_);
   tracer::TraceResult trace;
   try {
-    UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
-    trace = tracer::Trace(fn_, args, names);
+    if (pretrace) {
+      trace = std::move(*pretrace);
+    } else {
+      UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
+      trace = tracer::Trace(fn_, args, names);
+    }
   } catch (...) {
     if (trace_ != nullptr) {
       nlohmann::json j = TraceFields(*this, call_index);
@@ -567,6 +692,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   entry->created_at_call = call_index;
   entry->last_used.store(call_index);
   entry->graph = trace.graph;
+  entry->reads = trace.reads;
   entry->rule_mismatches = trace.rule_mismatches;
   guards::BuildInput in{trace.graph.get(), &trace.reads, &args};
   std::set<std::pair<int, int>> newly_dynamic;
@@ -576,8 +702,27 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   // the recompile action says so (a new size of one of them is another recompile).
   std::vector<std::string> kept_static;
   if (!dynamic.empty()) {
-    entry->shapes = std::make_shared<ops::ShapePassResult>(
-        ops::PropagateShapes(*trace.graph, trace.reads, dynamic));
+    // Sizes C++ read stay symbolic if another entry's trace shows them to be the only difference
+    // (Note [Verified size reads], steps 1 and 2); otherwise they specialize.
+    ops::ShapePassResult shapes =
+        ops::PropagateShapes(*trace.graph, trace.reads, dynamic, /*verify_reads=*/promotion.promoted.empty());
+    std::set<int> pending_reads;  // read sizes to be generalized on the next miss (no warning yet)
+    if (!shapes.read_symbols.empty()) {
+      std::string why;
+      bool pending = false;
+      entry->verified = GeneralizeReads(trace, entries, dynamic, names, &shapes, &why, &pending);
+      if (pending) {
+        for (const auto& [k, reader] : shapes.read_symbols) pending_reads.insert(k);
+      }
+      if (entry->verified != nullptr) {
+        entry->graph = trace.graph;  // the generalized graph (its op arguments read sizes at run time)
+        in.graph = trace.graph.get();
+      } else {
+        shapes = ops::PropagateShapes(*trace.graph, trace.reads, dynamic);
+        if (!why.empty()) verify_note = absl::StrCat(verify_note.empty() ? "" : verify_note + "; ", why);
+      }
+    }
+    entry->shapes = std::make_shared<ops::ShapePassResult>(std::move(shapes));
     in.shapes = entry->shapes.get();
     for (size_t k = 0; k < entry->shapes->symbols.size(); ++k) {
       const ops::SymbolSource& src = entry->shapes->symbols[k];
@@ -587,6 +732,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
         continue;
       }
       auto hint = dim_hints_.find({src.arg, src.dim});
+      if (pending_reads.count(static_cast<int>(k))) continue;  // said by the note below
       if (auto_dynamic_.count({src.arg, src.dim}) || (hint != dim_hints_.end() && hint->second)) {
         kept_static.push_back(absl::StrCat(ops::SymbolName(src, names), " stays static: ", why->second));
       }
@@ -604,6 +750,11 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     absl::StrAppend(&became_dynamic, "; ", absl::StrJoin(kept_static, "; "));
     last_kept_static_ = absl::StrJoin(kept_static, "; ");
   }
+  if (entry->verified != nullptr) {
+    absl::StrAppend(&became_dynamic, "; ", absl::StrJoin(entry->verified->names(), ", "),
+                    " read by C++: verified per value by re-tracing (no recompile for a new value)");
+  }
+  if (!verify_note.empty()) absl::StrAppend(&became_dynamic, "; ", verify_note);
   entry->program = guards::GuardProgram(guards::BuildGuards(in));
   modules.RecordFlagsAfterCall();
   {
@@ -770,6 +921,11 @@ CompiledFunction compile(Fn fn, Options options) {
   // Without a name of its own, a function is told apart from the others by its id (the cache
   // limit warning, logs, the trace log and `warden report` all show it).
   if (options.name == Options().name) options.name = absl::StrCat(options.name, "#", id);
+  if (options.capture_scalar_outputs) {
+    runtime::LogToStderr(absl::StrCat("warden: function '", options.name,
+                                      "': Options::capture_scalar_outputs is not implemented in this version; "
+                                      "item() values stay value-guarded (a changed value recompiles)"));
+  }
   return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
 }
 
@@ -818,6 +974,7 @@ Stats CompiledFunction::stats() const {
   s.cache_hits = impl_->Hits();
   s.compiles = impl_->compiles_.load();
   s.eager_calls = impl_->eager_calls_.load();
+  s.size_verifications = impl_->verifications_.load();
   return s;
 }
 

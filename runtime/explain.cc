@@ -32,6 +32,17 @@ std::string GraphText(const CacheEntry& e) {
 
 namespace {
 
+// "sizes read by C++, verified per value (Note [Verified size reads]): arg0.size(0) in {2, 3, 5}".
+std::string VerifiedText(const runtime::VerifiedSizes& v) {
+  std::vector<std::string> values;
+  for (const auto& t : v.Values()) {
+    values.push_back(t.size() == 1 ? absl::StrCat(t[0]) : absl::StrCat("(", absl::StrJoin(t, ", "), ")"));
+  }
+  const std::string dims = v.names().size() == 1 ? v.names()[0] : absl::StrCat("(", absl::StrJoin(v.names(), ", "), ")");
+  return absl::StrCat("sizes read by C++, verified per value by re-tracing: ", dims, " in {", absl::StrJoin(values, ", "), "}");
+}
+
+
 // What a code-generating artifact compiled, for explain; empty for replay artifacts.
 struct CodegenInfo {
   std::string library;
@@ -59,7 +70,8 @@ std::string CompiledFunction::explain() const {
                                  f.options_.backend, ", dynamic ", DynamicName(f.options_.dynamic),
                                  ", cache_size_limit ", f.options_.cache_size_limit, ")\n");
   absl::StrAppend(&out, "  calls ", s.calls, ", cache hits ", s.cache_hits, ", compiles ", s.compiles,
-                  ", eager calls ", s.eager_calls, "\n");
+                  ", eager calls ", s.eager_calls,
+                  s.size_verifications > 0 ? absl::StrCat(", size verifications ", s.size_verifications) : "", "\n");
   if (!f.eager_reason_.empty()) absl::StrAppend(&out, "  runs eagerly: ", f.eager_reason_, "\n");
   const auto entries = f.EntriesMru();
   absl::StrAppend(&out, "  ", entries.size(), " cache entr", entries.size() == 1 ? "y" : "ies",
@@ -77,6 +89,7 @@ std::string CompiledFunction::explain() const {
     }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
     for (const std::string& m : e->scalar_notes) absl::StrAppend(&out, "  scalar: ", m, "\n");
+    if (e->verified != nullptr) absl::StrAppend(&out, "  ", VerifiedText(*e->verified), "\n");
     if (e->modules.empty() && !e->graph->mode_dependent.empty()) {
       absl::StrAppend(&out, "  unwatched mode flag: ", UnwatchedModeHint(*e->graph), "\n");
     } else if (!e->modules.empty()) {
@@ -121,7 +134,8 @@ std::string CompiledFunction::explain_json() const {
   doc["stats"] = {{"calls", s.calls},
                   {"cache_hits", s.cache_hits},
                   {"compiles", s.compiles},
-                  {"eager_calls", s.eager_calls}};
+                  {"eager_calls", s.eager_calls},
+                  {"size_verifications", s.size_verifications}};
   doc["eager_reason"] = f.eager_reason_;
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& e : f.EntriesMru()) {
@@ -146,6 +160,7 @@ std::string CompiledFunction::explain_json() const {
                        {"guards", guards},
                        {"rule_mismatches", e->rule_mismatches},
                        {"scalar_notes", e->scalar_notes},
+                       {"verified_sizes", e->verified != nullptr ? VerifiedText(*e->verified) : ""},
                        {"mode_dependent_ops", e->graph->mode_dependent},
                        {"watched_modules", e->modules.num_modules()},
                        {"unwatched_mode_hint", e->modules.empty() ? UnwatchedModeHint(*e->graph) : ""}});

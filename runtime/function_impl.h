@@ -21,6 +21,7 @@
 #include "runtime/compile_pool.h"
 #include "runtime/logging.h"
 #include "runtime/trace_log.h"
+#include "runtime/verified_sizes.h"
 #include "runtime/warden.h"
 #include "runtime/watch.h"
 #include "tracer/graph.h"
@@ -77,6 +78,11 @@ struct CacheEntry {
   std::vector<std::string> rule_mismatches;
   std::vector<std::string> scalar_notes;  // marked-dynamic scalars kept specialized, and why
   std::shared_ptr<const ops::ShapePassResult> shapes;  // null: every used size is static
+  std::vector<tracer::MetadataRead> reads;              // of the trace the graph came from
+  // Sizes C++ code read that this entry verifies per value (Note [Verified size reads]); null
+  // when the graph depends on no read size.
+  std::shared_ptr<runtime::VerifiedSizes> verified;
+  bool Verified(const c10::IValue* args) const { return verified == nullptr || verified->Check(args); }
   mutable std::atomic<int64_t> last_used{0};  // call index of the last hit (MRU order)
   mutable std::atomic<int64_t> hits{0};
 };
@@ -118,7 +124,7 @@ class CompiledFunction::Impl {
   // Miss that finds an entry another thread just compiled counts in slow_hits_. Exact once calls
   // have returned; while others are in flight, approximate like the other counters (slow_calls_
   // is read before calls_, which every slow call incremented first, so it is never negative).
-  std::atomic<int64_t> calls_{0}, slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0};
+  std::atomic<int64_t> calls_{0}, slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0}, verifications_{0};
   int64_t Hits() const {
     const int64_t slow = slow_calls_.load();
     return std::max<int64_t>(0, calls_.load() - slow + slow_hits_.load());

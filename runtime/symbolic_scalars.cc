@@ -15,7 +15,8 @@ using tracer::NodeArg;
 using tracer::Value;
 using tracer::ValueId;
 
-// Exact equality of two non-tensor constants; doubles bit for bit (so -0.0 != 0.0, NaN == NaN).
+}  // namespace
+
 bool SameIValue(const c10::IValue& a, const c10::IValue& b) {
   if (a.isDouble() || b.isDouble()) {
     if (!a.isDouble() || !b.isDouble()) return false;
@@ -28,6 +29,8 @@ bool SameIValue(const c10::IValue& a, const c10::IValue& b) {
   if (a.tagKind() != b.tagKind()) return false;
   return a == b;
 }
+
+namespace {
 
 bool SameMeta(const tracer::TensorMeta& a, const tracer::TensorMeta& b) {
   return a.dtype == b.dtype && a.device == b.device && a.sizes == b.sizes && a.strides == b.strides &&

@@ -36,6 +36,10 @@ struct ScalarPromotion {
   std::vector<std::string> kept;         // "arg1 stays specialized: <why>", one per kept_args
 };
 
+// Exact equality of two op-argument constants: doubles bit for bit (so -0.0 != 0.0, NaN == NaN),
+// tensors by identity, everything else by value and type.
+bool SameIValue(const c10::IValue& a, const c10::IValue& b);
+
 // Promotes the int/double arguments in `candidates` that pass the check of Note [Symbolic
 // scalars]. `trace` is the trace of `fn` on `args`; `fn` may run once more per candidate.
 ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10::IValue>& args,

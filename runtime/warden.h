@@ -52,6 +52,10 @@ struct Stats {
   int64_t cache_hits = 0;     // calls served by a cached entry
   int64_t compiles = 0;       // cache entries created (the first compile counts)
   int64_t eager_calls = 0;    // calls run eagerly (cache limit hit, or not traceable)
+  int64_t size_verifications = 0;  // calls that re-traced to verify a new value of a size C++
+                                   // code reads, for an existing entry: no compile (README
+                                   // "Sizes your code reads"); calls = hits + compiles + eager
+                                   // calls + these (+ calls that raised)
 };
 
 struct RecompileEvent {

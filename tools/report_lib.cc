@@ -228,7 +228,8 @@ std::vector<std::string> FunctionSummary(const FunctionTrace& f) {
   }
   double compile_ms = 0;
   for (const auto& c : f.compiles) compile_ms += c.value("ms", nlohmann::json::object()).value("total", 0.0);
-  size_t recompiles = 0, limits = 0, eager = 0;
+  size_t recompiles = 0, limits = 0, eager = 0, verified = 0;
+  for (const auto& j : f.events) verified += Str(j, "event") == "size_verified";
   for (const auto& m : f.misses) {
     const std::string e = Str(m, "event");
     recompiles += e == "recompile";
@@ -244,6 +245,7 @@ std::vector<std::string> FunctionSummary(const FunctionTrace& f) {
                                  "so calls and hits are unknown)"));
   }
   lines.push_back(absl::StrCat("recompiles ", recompiles, ", cache-limit misses ", limits, ", eager fallbacks ", eager,
+                               verified > 0 ? absl::StrCat(", size verifications (re-traces, no compile) ", verified) : "",
                                ", compile time ", FormatMs(compile_ms)));
   return lines;
 }
@@ -268,6 +270,11 @@ std::vector<TimelineRow> Timeline(const FunctionTrace& f) {
       row.args = ArgsShort(j.value("args", nlohmann::json::array()));
     } else if (event == "eager_fallback") {
       row.kind = "eager fallback";
+      row.text = Str(j, "action");
+      row.args = ArgsShort(j.value("args", nlohmann::json::array()));
+    } else if (event == "size_verified") {
+      row.kind = "verified";
+      row.entry = Str(j, "entry");
       row.text = Str(j, "action");
       row.args = ArgsShort(j.value("args", nlohmann::json::array()));
     } else if (event == "trace_error") {
@@ -544,7 +551,11 @@ absl::StatusOr<std::string> ExplainText(const std::string& json_text) {
                                  Str(options, "backend"), ", dynamic ", Str(options, "dynamic"), ", cache_size_limit ",
                                  Int(options, "cache_size_limit"), ")\n");
   absl::StrAppend(&out, "  calls ", Int(stats, "calls"), ", cache hits ", Int(stats, "cache_hits"), ", compiles ",
-                  Int(stats, "compiles"), ", eager calls ", Int(stats, "eager_calls"), "\n");
+                  Int(stats, "compiles"), ", eager calls ", Int(stats, "eager_calls"),
+                  Int(stats, "size_verifications", 0) > 0
+                      ? absl::StrCat(", size verifications ", Int(stats, "size_verifications", 0))
+                      : "",
+                  "\n");
   if (!Str(doc, "eager_reason").empty()) absl::StrAppend(&out, "  runs eagerly: ", Str(doc, "eager_reason"), "\n");
   const nlohmann::json entries = doc.value("entries", nlohmann::json::array());
   absl::StrAppend(&out, "  ", entries.size(), " cache entr", entries.size() == 1 ? "y" : "ies",
@@ -564,6 +575,7 @@ absl::StatusOr<std::string> ExplainText(const std::string& json_text) {
     for (const auto& m : e.value("scalar_notes", nlohmann::json::array())) {
       absl::StrAppend(&out, "  scalar: ", m.get<std::string>(), "\n");
     }
+    if (!Str(e, "verified_sizes").empty()) absl::StrAppend(&out, "  ", Str(e, "verified_sizes"), "\n");
     absl::StrAppend(&out, "  graph:\n");
     AppendIndented(&out, Str(e, "graph"), "    ");
     const nlohmann::json guards = e.value("guards", nlohmann::json::array());

@@ -187,6 +187,26 @@ std::string TypeString(const Value& v, const ShapeOf& shape_of = nullptr) {
   return absl::StrCat(DtypeShort(v.meta.dtype), shape_of ? shape_of(v.id) : ShapeString(v.meta.sizes));
 }
 
+// An int / int[] constant with run-time sizes in it: [%x.size(0), -1].
+std::string ConstantWithSizes(const NodeArg& a, const std::vector<std::string>& arg_names) {
+  auto size_text = [&](const SizeRef& r) {
+    const std::string name = r.arg >= 0 && r.arg < static_cast<int>(arg_names.size()) ? arg_names[r.arg]
+                                                                                      : absl::StrCat("arg", r.arg);
+    return absl::StrCat("%", name, ".size(", r.dim, ")");
+  };
+  if (!a.constant.isIntList()) return a.sizes_of.empty() ? IValueString(a.constant) : size_text(a.sizes_of[0]);
+  const std::vector<int64_t> ints = a.constant.toIntVector();
+  std::vector<std::string> items;
+  for (size_t i = 0; i < ints.size(); ++i) {
+    std::string item = absl::StrCat(ints[i]);
+    for (const SizeRef& r : a.sizes_of) {
+      if (r.elem == static_cast<int>(i)) item = size_text(r);
+    }
+    items.push_back(std::move(item));
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
 }  // namespace
 
 std::string Graph::ToString() const { return ToString(nullptr); }
@@ -221,7 +241,7 @@ std::string Graph::ToString(const ShapeOf& shape_of) const {
     for (const NodeArg& a : n.args) {
       switch (a.kind) {
         case NodeArg::Kind::kConstant:
-          args.push_back(IValueString(a.constant));
+          args.push_back(a.sizes_of.empty() ? IValueString(a.constant) : ConstantWithSizes(a, arg_names));
           break;
         case NodeArg::Kind::kValue:
           args.push_back(ValueName(a.value));

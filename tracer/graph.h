@@ -62,6 +62,17 @@ struct Value {
   c10::IValue traced_scalar;  // !is_tensor: the value seen at trace time
 };
 
+// An element of an int or int[] constant that is, at run time, the size of an argument's dim
+// (Note [Verified size reads] in runtime/verified_sizes.h): `view(%x, [arg0.size(0), -1])`.
+struct SizeRef {
+  int elem = -1;  // index in the int[] (-1: the constant is a single int)
+  int arg = -1;
+  int dim = -1;
+  friend bool operator==(const SizeRef& a, const SizeRef& b) {
+    return a.elem == b.elem && a.arg == b.arg && a.dim == b.dim;
+  }
+};
+
 // One argument of a node, in schema order.
 struct NodeArg {
   enum class Kind : uint8_t {
@@ -74,6 +85,8 @@ struct NodeArg {
   c10::IValue constant;
   ValueId value = kNoValue;
   std::vector<ValueId> values;
+  // kConstant: elements that are argument sizes at run time (the constant holds the traced ones).
+  std::vector<SizeRef> sizes_of;
 };
 
 // How a node's returns map to values: each schema return is one tensor, a tensor list, or a

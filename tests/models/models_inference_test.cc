@@ -154,16 +154,19 @@ TEST_P(ModelsInference, ResNetServingManyBatchSizes) {
   }
 }
 
-// Batch sweeps of 12 sizes in kAuto over the models whose code reads no sizes: at most two
-// compiles each, never an eager call, results equal to eager on every call.
+// Batch sweeps of 12 sizes in kAuto: at most two compiles each, never an eager call, results
+// equal to eager on every call. Models whose C++ reads the batch size (ConvNet's
+// view({x.size(0), -1}), nn::LSTM's zero state) verify each new size by re-tracing instead of
+// recompiling (Note [Verified size reads]); the others need no verification at all.
 template <typename Model, typename... Ctor>
 void SweepBatches(const std::string& backend, const Tol& tol, std::function<at::Tensor(int64_t)> input,
+                  std::function<at::Tensor(Model&, const at::Tensor&)> forward, bool reads_sizes,
                   const Ctor&... ctor) {
   auto [eager, model] = twin::MakeTwins<Model>(23, ctor...);
   eager->eval();
   model->eval();
-  twin::Subject subject([model = model](const Args& a) mutable -> std::vector<at::Tensor> {
-    return {model->forward(a[0].toTensor())};
+  twin::Subject subject([model = model, forward](const Args& a) mutable -> std::vector<at::Tensor> {
+    return {forward(model, a[0].toTensor())};
   }, backend, "sweep");
   testing::internal::CaptureStderr();
   for (int round = 0; round < 2; ++round) {
@@ -171,7 +174,7 @@ void SweepBatches(const std::string& backend, const Tol& tol, std::function<at::
       SCOPED_TRACE("round " + std::to_string(round) + ", batch " + std::to_string(batch));
       torch::NoGradGuard no_grad;
       const at::Tensor x = input(batch);
-      ASSERT_TRUE(twin::CloseAll(subject({x}), {eager->forward(x)}, tol, "output")) << subject.events();
+      ASSERT_TRUE(twin::CloseAll(subject({x}), {forward(eager, x)}, tol, "output")) << subject.events();
     }
   }
   testing::internal::GetCapturedStderr();
@@ -179,24 +182,47 @@ void SweepBatches(const std::string& backend, const Tol& tol, std::function<at::
     const warden::Stats s = subject.stats();
     EXPECT_LE(s.compiles, 2) << subject.events();
     EXPECT_EQ(s.eager_calls, 0) << subject.events();
-    EXPECT_EQ(s.cache_hits, s.calls - s.compiles) << subject.events();
+    EXPECT_EQ(s.size_verifications, reads_sizes ? 12 - s.compiles : 0) << subject.events();
+    EXPECT_EQ(s.cache_hits, s.calls - s.compiles - s.size_verifications) << subject.events();
   }
+}
+
+template <typename Model>
+at::Tensor Forward(Model& m, const at::Tensor& x) {
+  return m->forward(x);
 }
 
 TEST_P(ModelsInference, BatchSweepCompilesAtMostTwice) {
   const Tol tol = this->tol(twin::kForwardTol);
   {
     SCOPED_TRACE("MLP with BatchNorm1d");
-    SweepBatches<models::Mlp>(backend(), tol, [](int64_t b) { return torch::randn({b, 12}); }, 12, 16, 4, true);
+    SweepBatches<models::Mlp>(backend(), tol, [](int64_t b) { return torch::randn({b, 12}); },
+                              Forward<models::Mlp>, false, 12, 16, 4, true);
   }
   {
     SCOPED_TRACE("DCGAN generator (conv_transpose2d, batch_norm)");
-    SweepBatches<models::DcganGenerator>(backend(), tol, [](int64_t b) { return torch::randn({b, 16, 1, 1}); });
+    SweepBatches<models::DcganGenerator>(backend(), tol, [](int64_t b) { return torch::randn({b, 16, 1, 1}); },
+                                         Forward<models::DcganGenerator>, false);
   }
   {
     SCOPED_TRACE("DCGAN discriminator (strided conv2d, view(-1))");
-    SweepBatches<models::DcganDiscriminator>(backend(), tol, [](int64_t b) { return torch::randn({b, 1, 16, 16}); });
+    SweepBatches<models::DcganDiscriminator>(backend(), tol, [](int64_t b) { return torch::randn({b, 1, 16, 16}); },
+                                             Forward<models::DcganDiscriminator>, false);
   }
+}
+
+// The tutorial CNN flattens with view({x.size(0), -1}): C++ reads the batch size.
+TEST_P(ModelsInference, ConvNetBatchSweepVerifiesTheSizeItReads) {
+  SweepBatches<models::ConvNet>(backend(), this->tol(twin::kForwardTol),
+                                [](int64_t b) { return torch::randn({b, 1, 16, 16}); }, Forward<models::ConvNet>, true);
+}
+
+// nn::LSTM (two layers) builds its zero state from input.size(1) and checks it in C++: a batch
+// sweep at a fixed sequence length.
+TEST_P(ModelsInference, LstmLmBatchSweepAtAFixedLengthVerifiesTheSizeItReads) {
+  SweepBatches<models::LstmLm>(
+      backend(), this->tol(twin::kForwardTol), [](int64_t b) { return torch::randint(40, {7, b}, torch::kLong); },
+      [](models::LstmLm& m, const at::Tensor& tokens) { return std::get<0>(m->forward(tokens)); }, true, 40, 16, 24);
 }
 
 // A thread pool serving one compiled model: 4 threads, 15 requests each, batch 1..3; half of the

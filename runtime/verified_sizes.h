@@ -1,0 +1,96 @@
+// Sizes that C++ code reads, verified per value by re-tracing instead of recompiled per value.
+//
+// Note [Verified size reads]
+// C++ code reads sizes to build shapes: `x.view({x.size(0), -1})`, `torch::zeros({x.size(0), h})`,
+// `TORCH_CHECK(x.size(0) == y.size(0))`, and nn::LSTM builds its zero state from input.size(1).
+// The tracer sees the int leave the tensor, never what C++ does with it, so the graph cannot be
+// assumed valid for another value of that size: before this, the dim was specialized and every
+// new batch size was a recompile. Now a new value costs one re-trace, not a compile:
+//
+// 1. Generalize. When a miss makes a dim dynamic and C++ read it (the shape pass, with
+//    verify_reads, reports it in read_symbols instead of specializing it), the new trace is
+//    compared with an earlier entry's trace of the same function. They must be the same program:
+//    same ops, operands, aliasing, captured tensors, dtypes, reads and data-dependent values. Op
+//    arguments may differ only where an int (or an int[] element) equals the read size in both
+//    traces; those elements become run-time sizes of the argument (tracer::SizeRef), which both
+//    backends evaluate per call. The result is one symbolic graph S.
+// 2. Check. The shape pass runs on S (rules see those elements as symbols through
+//    ShapeContext::Dims) and the new trace must be an instance of S at its sizes: every value's
+//    traced sizes equal S's symbolic shape evaluated there. Then S is compiled once, and the entry
+//    records the tuple of read sizes it has verified (VerifiedSizes) next to its ordinary guards,
+//    which no longer pin those dims.
+// 3. Verify. A call whose read sizes are not in the entry's set but that passes every other guard
+//    re-traces the function (the user's C++ runs with those sizes, as on any miss, so every branch
+//    it takes is seen). If that trace is an instance of S, the tuple joins the set (no new entry,
+//    no backend compile) and the call returns the trace's results. Otherwise it is an ordinary
+//    recompile, with the difference as the reason. Hits for verified tuples cost one lookup in a
+//    small sorted set.
+//
+// Soundness rests on the set, not on step 1: a tuple is accepted only after a trace at exactly
+// those sizes produced exactly S (the trace at the new value is the proof), so a wrong guess in
+// step 1 (a coincidence of values, a `std::min(n, 4)` that agreed twice) costs a recompile, never a
+// wrong result. Sizes 0 and 1 never enter a set: symbols stand for sizes >= 2 and keep that guard.
+#ifndef WARDEN_RUNTIME_VERIFIED_SIZES_H_
+#define WARDEN_RUNTIME_VERIFIED_SIZES_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "ops/shape_pass.h"
+#include "tracer/graph.h"
+#include "tracer/tracer.h"
+
+namespace warden::runtime {
+
+// The read sizes one entry has verified: tuples of (argument, dim) sizes. Check() is lock-free
+// (the hot path); Add() publishes a new immutable set.
+class VerifiedSizes {
+ public:
+  VerifiedSizes(std::vector<std::pair<int, int>> dims, std::vector<std::string> names);
+  VerifiedSizes(const VerifiedSizes&) = delete;
+  VerifiedSizes& operator=(const VerifiedSizes&) = delete;
+
+  // The call's tuple is in the set. Arguments must be tensors of sufficient rank (the entry's
+  // guards, checked first, ensure it).
+  bool Check(const c10::IValue* args) const;
+  void Add(const std::vector<int64_t>& tuple);
+  std::vector<int64_t> TupleOf(const c10::IValue* args) const;
+  std::vector<std::vector<int64_t>> Values() const;
+  size_t size() const;
+
+  const std::vector<std::pair<int, int>>& dims() const { return dims_; }
+  // "arg0.size(0)", one per dim.
+  const std::vector<std::string>& names() const { return names_; }
+  // "arg0.size(0)=7 not verified for this entry (verified: 2, 3)" or "".
+  std::string Failure(const c10::IValue* args) const;
+  // "arg0.size(0)=7".
+  std::string TupleText(const std::vector<int64_t>& tuple) const;
+
+ private:
+  std::vector<std::pair<int, int>> dims_;
+  std::vector<std::string> names_;
+  mutable std::mutex mu_;                                // Add, and the owned sets
+  std::vector<std::unique_ptr<std::vector<int64_t>>> owned_;  // flattened sorted tuples
+  std::atomic<const std::vector<int64_t>*> current_{nullptr};
+};
+
+// Step 1 of Note [Verified size reads]: `now` (the new trace) with the op-argument elements that
+// equal a read size in both traces turned into SizeRefs; `read_dims` are the (argument, dim) pairs
+// C++ read. Returns null and sets `why` when the traces are not the same program.
+std::shared_ptr<tracer::Graph> Generalize(const tracer::TraceResult& now, const tracer::TraceResult& before,
+                                          const std::vector<std::pair<int, int>>& read_dims, std::string* why);
+
+// "" when `trace` is an instance of the symbolic graph `s` (shapes from its shape pass) at the
+// trace's argument sizes; else the first difference.
+std::string InstanceMismatch(const tracer::Graph& s, const std::vector<tracer::MetadataRead>& s_reads,
+                             const ops::ShapePassResult& shapes, const tracer::TraceResult& trace);
+
+}  // namespace warden::runtime
+
+#endif  // WARDEN_RUNTIME_VERIFIED_SIZES_H_
