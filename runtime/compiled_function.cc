@@ -609,7 +609,13 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   // that it runs the function eagerly instead of tracing it again, which is what breaks the cycle
   // when the traced body waits for a thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
   // so a miss that waited finds the entry: a signature is never compiled twice.
-  if (tracing_) return eagerly();
+  if (tracing_) {
+    event.action = absl::StrCat("ran eagerly: another thread was still tracing this function after ",
+                                kWaitForTrace.count(), " ms (Note [No lock around user code])");
+    if (logs_.recompiles) runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+    RecordEvent(std::move(event));
+    return eagerly();
+  }
 
   // Trace (runs the user's function once, eagerly). Exceptions reach the caller unchanged and
   // leave no entry behind.

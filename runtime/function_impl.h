@@ -149,7 +149,7 @@ class CompiledFunction::Impl {
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
   bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])
   std::condition_variable traced_cv_;  // notified when tracing_ turns false
-  static constexpr std::chrono::milliseconds kWaitForTrace{250};
+  static constexpr std::chrono::milliseconds kWaitForTrace{1000};
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;

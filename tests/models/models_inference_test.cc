@@ -211,6 +211,13 @@ TEST_P(ModelsInference, BatchSweepCompilesAtMostTwice) {
   }
 }
 
+// The VAE in eval mode (reparameterize returns mu): view({-1, in_features}) reads no size.
+TEST_P(ModelsInference, VaeBatchSweepCompilesAtMostTwice) {
+  SweepBatches<models::Vae>(
+      backend(), this->tol(twin::kForwardTol), [](int64_t b) { return torch::rand({b, 1, 16, 16}); },
+      [](models::Vae& m, const at::Tensor& x) { return std::get<0>(m->forward(x)); }, false);
+}
+
 // The tutorial CNN flattens with view({x.size(0), -1}): C++ reads the batch size.
 TEST_P(ModelsInference, ConvNetBatchSweepVerifiesTheSizeItReads) {
   SweepBatches<models::ConvNet>(backend(), this->tol(twin::kForwardTol),
