@@ -139,6 +139,9 @@ WARDEN_REGISTER_OPS(indexing) {
   r.Add({"aten::index_select", IndexSelect});
   r.Add({"aten::gather", Gather});
   r.Add({"aten::embedding", Embedding});
+  // embedding_renorm_(weight, indices, max_norm, norm_type): nn::Embedding's max_norm rescales the
+  // looked-up rows of the weight in place; the result is the weight.
+  r.Add({"aten::embedding_renorm_", SameAs(0)});
   r.Add({"aten::repeat", Repeat});
   r.Add({"aten::flip", Flip});
   r.Add({"aten::roll", Roll});

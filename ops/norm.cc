@@ -97,7 +97,10 @@ absl::StatusOr<Shapes> NativeGroupNorm(const ShapeContext& ctx) {
 absl::Status CheckBatchNorm(const ShapeContext& ctx) {
   const Shape& input = ctx.shape(0);
   if (input.size() < 2) return ShapeError(ctx, "expected at least 2 dims, got ", input.size());
-  if (SizeEquals(ctx, Numel(input), 0, "batch_norm of an empty input")) return absl::OkStatus();
+  // Empty iff some dim is 0: asked per dim, so that only a dim that could be 0 specializes.
+  for (const Dim& d : input) {
+    if (SizeEquals(ctx, d, 0, "batch_norm of an empty input")) return absl::OkStatus();
+  }
   const bool training = ctx.Bool(5);
   if (!training && (!ctx.is_tensor(3) || !ctx.is_tensor(4))) {
     return ShapeError(ctx, "running_mean and running_var must be defined in evaluation mode");

@@ -281,6 +281,33 @@ Dim DivFloor(const ShapeContext& ctx, const Dim& a, const Dim& b, absl::string_v
         return *q;
       }
     }
+    // Then trailing runs of them (view(x, [-1, 256]) of [s0, 1, s2, s3] needs s2 and s3).
+    Dim fixed = a;
+    std::vector<int> given_up;
+    for (auto it = syms.rbegin(); it != syms.rend(); ++it) {
+      fixed = fixed.Substitute(*it, Dim(ctx.facts()->evaluate(Dim::Symbol(*it))));
+      given_up.push_back(*it);
+      if (auto q = Dim::ExactDiv(fixed, b)) {
+        for (int s : given_up) ctx.facts()->specialized.emplace(s, std::string(why));
+        return *q;
+      }
+    }
+  }
+  // A symbolic divisor (view(x, [s0, -1]) with s0 a size read at run time): the symbols only the
+  // dividend has are the ones to give up first, so that the divisor's stay symbolic.
+  if (!b.is_constant() && ctx.facts() != nullptr && ctx.facts()->evaluate) {
+    const std::vector<int> in_b = b.symbols();
+    Dim fixed = a;
+    std::vector<int> given_up;
+    for (int s : a.symbols()) {
+      if (std::find(in_b.begin(), in_b.end(), s) != in_b.end()) continue;
+      fixed = fixed.Substitute(s, Dim(ctx.facts()->evaluate(Dim::Symbol(s))));
+      given_up.push_back(s);
+    }
+    if (auto q = Dim::ExactDiv(fixed, b)) {
+      for (int s : given_up) ctx.facts()->specialized.emplace(s, std::string(why));
+      return *q;
+    }
   }
   Specialize(ctx, a, why);
   Specialize(ctx, b, why);

@@ -77,7 +77,10 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
     OpStepReturn sr{r.kind, {}, {}};
     for (ValueId id : r.values) {
       sr.slots.push_back(slots.Slot(id));
-      if (r.kind == NodeReturn::Kind::kScalar) sr.traced = g.value(id).traced_scalar;
+      if (r.kind == NodeReturn::Kind::kScalar) {
+        sr.traced = g.value(id).traced_scalar;
+        sr.captured = g.value(id).captured;
+      }
       if (r.kind != NodeReturn::Kind::kScalar && n.kind == tracer::NodeKind::kDataDependent) {
         s.check_shapes = true;
         s.traced_shapes.push_back(g.value(id).meta.sizes);
@@ -161,6 +164,10 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
         break;
       }
       case NodeReturn::Kind::kScalar:
+        if (r.captured) {
+          slots[r.slots[0]] = std::move(out);
+          break;
+        }
         if (!SameScalar(out, r.traced)) {
           *failure = absl::StrCat("value of ", s.name, " at %", s.index, " changed: expected ",
                                   tracer::IValueString(r.traced), ", actual ",

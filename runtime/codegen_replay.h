@@ -53,7 +53,8 @@ struct OpStepArg {
 struct OpStepReturn {
   tracer::NodeReturn::Kind kind;
   std::vector<int> slots;
-  c10::IValue traced;  // kScalar: the value guard
+  c10::IValue traced;     // kScalar: the value guard
+  bool captured = false;  // kScalar: no guard, the value goes to its slot (tracer::Value::captured)
 };
 
 // One node as a boxed call.

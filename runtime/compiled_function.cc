@@ -106,16 +106,15 @@ std::shared_ptr<runtime::VerifiedSizes> GeneralizeReads(tracer::TraceResult& tra
       continue;
     }
     ops::ShapePassResult pass = ops::PropagateShapes(*general, trace.reads, dynamic, /*verify_reads=*/true);
-    bool symbolic = true;
+    std::string mismatch;
     for (const auto& [arg, dim] : read_dims) {
-      bool found = false;
       for (size_t k = 0; k < pass.symbols.size(); ++k) {
-        if (pass.symbols[k].arg == arg && pass.symbols[k].dim == dim) found = !pass.specialized.count(static_cast<int>(k));
+        if (pass.symbols[k].arg != arg || pass.symbols[k].dim != dim) continue;
+        auto sp = pass.specialized.find(static_cast<int>(k));
+        if (sp != pass.specialized.end() && mismatch.empty()) mismatch = absl::StrCat("in the generalized graph, ", sp->second);
       }
-      symbolic &= found;
     }
-    std::string mismatch = symbolic ? runtime::InstanceMismatch(*general, trace.reads, pass, trace)
-                                    : "a shape rule specialized it in the generalized graph";
+    if (mismatch.empty()) mismatch = runtime::InstanceMismatch(*general, trace.reads, pass, trace);
     if (mismatch.empty()) {
       // The earlier trace must be an instance too (unless its sizes are 0 or 1, outside the symbols'
       // domain): otherwise a rule lost the symbol and every new value would fail verification.
@@ -691,9 +690,19 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   }
   trace.graph = promotion.graph;
   static_scalars_.insert(promotion.kept_args.begin(), promotion.kept_args.end());
+  // Options::capture_scalar_outputs: item() results that only feed op arguments become graph values,
+  // checked by a verification trace with another value (Note [Symbolic scalars]).
+  runtime::ScalarCapture capture;
+  if (options_.capture_scalar_outputs && promotion.promoted.empty()) {
+    UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);  // the check runs the function again
+    capture = runtime::CaptureScalarOutputs(fn_, args, names, trace);
+  }
+  if (capture.graph != nullptr) trace.graph = capture.graph;
 
   auto entry = std::make_shared<CacheEntry>();
   entry->scalar_notes = promotion.kept;
+  entry->scalar_notes.insert(entry->scalar_notes.end(), capture.captured.begin(), capture.captured.end());
+  entry->scalar_notes.insert(entry->scalar_notes.end(), capture.kept.begin(), capture.kept.end());
   entry->index = next_entry_index_++;
   entry->created_at_call = call_index;
   entry->last_used.store(call_index);
@@ -711,7 +720,8 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     // Sizes C++ read stay symbolic if another entry's trace shows them to be the only difference
     // (Note [Verified size reads], steps 1 and 2); otherwise they specialize.
     ops::ShapePassResult shapes =
-        ops::PropagateShapes(*trace.graph, trace.reads, dynamic, /*verify_reads=*/promotion.promoted.empty());
+        ops::PropagateShapes(*trace.graph, trace.reads, dynamic,
+                             /*verify_reads=*/promotion.promoted.empty() && capture.captured.empty());
     std::set<int> pending_reads;  // read sizes to be generalized on the next miss (no warning yet)
     if (!shapes.read_symbols.empty()) {
       std::string why;
@@ -927,11 +937,6 @@ CompiledFunction compile(Fn fn, Options options) {
   // Without a name of its own, a function is told apart from the others by its id (the cache
   // limit warning, logs, the trace log and `warden report` all show it).
   if (options.name == Options().name) options.name = absl::StrCat(options.name, "#", id);
-  if (options.capture_scalar_outputs) {
-    runtime::LogToStderr(absl::StrCat("warden: function '", options.name,
-                                      "': Options::capture_scalar_outputs is not implemented in this version; "
-                                      "item() values stay value-guarded (a changed value recompiles)"));
-  }
   return CompiledFunction(std::make_shared<CompiledFunction::Impl>(std::move(fn), std::move(options), id));
 }
 

@@ -71,8 +71,9 @@ struct Position {
 
 // Compares the two traces. On success fills `positions` with the op arguments that are `before`
 // in `a` and `after` in `b`; everything else must be identical. Returns "" or the difference.
+// `skip`: a value whose recorded scalar is the one that was changed (a captured item()).
 std::string Compare(const tracer::TraceResult& a, const tracer::TraceResult& b, const c10::IValue& before,
-                    const c10::IValue& after, std::vector<Position>* positions) {
+                    const c10::IValue& after, std::vector<Position>* positions, ValueId skip = tracer::kNoValue) {
   const Graph& x = *a.graph;
   const Graph& y = *b.graph;
   if (x.nodes.size() != y.nodes.size() || x.values.size() != y.values.size()) {
@@ -80,6 +81,7 @@ std::string Compare(const tracer::TraceResult& a, const tracer::TraceResult& b, 
   }
   if (x.outputs != y.outputs || x.arg_values != y.arg_values) return "the outputs differ for another value";
   for (size_t i = 0; i < x.values.size(); ++i) {
+    if (static_cast<ValueId>(i) == skip) continue;
     if (!SameValue(x.values[i], y.values[i])) {
       return absl::StrCat("value ", x.ValueName(static_cast<ValueId>(i)),
                           " differs for another value (shape, dtype or a data-dependent result)");
@@ -185,6 +187,78 @@ ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10
       a.value = id;
     }
     out.promoted.push_back(k);
+  }
+  out.graph = std::move(graph);
+  return out;
+}
+
+ScalarCapture CaptureScalarOutputs(const tracer::TracedFn& fn, const std::vector<c10::IValue>& args,
+                                   const std::vector<std::string>& names, const tracer::TraceResult& trace) {
+  ScalarCapture out;
+  out.graph = trace.graph;
+  const Graph& g = *trace.graph;
+  std::vector<ValueId> candidates;
+  for (const Value& v : g.values) {
+    if (v.is_tensor || v.kind != tracer::ValueKind::kNode) continue;
+    if (g.nodes[v.node].op != "aten::_local_scalar_dense") continue;  // item()
+    candidates.push_back(v.id);
+  }
+  if (candidates.empty()) return out;
+  bool stateful = false;
+  for (const tracer::Node& n : g.nodes) stateful |= n.mutates || n.random;
+  std::vector<std::pair<ValueId, std::vector<Position>>> capture;
+  for (ValueId id : candidates) {
+    const Value& v = g.value(id);
+    const std::string name = absl::StrCat("item() at %", v.node, " (", tracer::IValueString(v.traced_scalar), ")");
+    auto keep = [&](const std::string& why) { out.kept.push_back(absl::StrCat(name, " stays value-guarded: ", why)); };
+    if (stateful) {
+      keep("the graph writes a tensor or draws random numbers, so it cannot be traced again to verify");
+      continue;
+    }
+    if (!v.traced_scalar.isInt() && !v.traced_scalar.isDouble()) {
+      keep("only int and float results are captured (a bool decides branches)");
+      continue;
+    }
+    const c10::optional<c10::IValue> other = Perturbed(v.traced_scalar);
+    if (!other) {
+      keep("its value is not finite");
+      continue;
+    }
+    const std::map<int, c10::IValue> overrides{{v.node, *other}};
+    tracer::TraceResult probe;
+    try {
+      probe = tracer::Trace(fn, args, names, /*verification=*/true, &overrides);
+    } catch (const std::exception& e) {
+      keep(absl::StrCat("the function raised when it saw ", tracer::IValueString(*other), " (", e.what(), ")"));
+      continue;
+    }
+    if (!probe.untraceable.empty() || probe.rerun_eagerly) {
+      keep("the function is not traceable with another value");
+      continue;
+    }
+    std::vector<Position> positions;
+    const std::string diff = Compare(trace, probe, v.traced_scalar, *other, &positions, id);
+    if (!diff.empty()) {
+      keep(diff);
+      continue;
+    }
+    if (positions.empty()) {
+      keep("no op takes it as an argument (only C++ code uses it)");
+      continue;
+    }
+    capture.emplace_back(id, std::move(positions));
+  }
+  if (capture.empty()) return out;
+  auto graph = std::make_shared<Graph>(g);
+  for (auto& [id, positions] : capture) {
+    graph->values[id].captured = true;
+    for (const Position& p : positions) {
+      NodeArg& a = graph->nodes[p.node].args[p.arg];
+      a.kind = NodeArg::Kind::kValue;
+      a.constant = c10::IValue();
+      a.value = id;
+    }
+    out.captured.push_back(absl::StrCat("item() at %", g.value(id).node, " is a graph value (no value guard)"));
   }
   out.graph = std::move(graph);
   return out;

@@ -46,6 +46,20 @@ ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10
                                const std::vector<std::string>& names, const tracer::TraceResult& trace,
                                const std::set<int>& candidates);
 
+// Options::capture_scalar_outputs, checked the same way: each item() result that is an int or a
+// float is perturbed in a verification trace (tracer::Trace's scalar_overrides), and becomes a
+// graph value, with no value guard, only if the two graphs are identical apart from op arguments
+// that are exactly that value in both (the same rule as for arguments above). Anything else (a
+// branch, a derived value, a changed shape, a later data-dependent value, an exception, a graph
+// that writes tensors or draws random numbers) keeps its value guard, with the reason.
+struct ScalarCapture {
+  std::shared_ptr<tracer::Graph> graph;  // the traced graph, with captured values
+  std::vector<std::string> captured;     // "item() at %3 is a graph value (no value guard)"
+  std::vector<std::string> kept;         // "item() at %3 (0.5) stays value-guarded: <why>"
+};
+ScalarCapture CaptureScalarOutputs(const tracer::TracedFn& fn, const std::vector<c10::IValue>& args,
+                                   const std::vector<std::string>& names, const tracer::TraceResult& trace);
+
 }  // namespace warden::runtime
 
 #endif  // WARDEN_RUNTIME_SYMBOLIC_SCALARS_H_

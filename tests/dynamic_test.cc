@@ -373,22 +373,79 @@ TEST(Dynamic, MarkDynamicThatCannotBeHonoredWarnsOnce) {
   EXPECT_EQ(g.stats().size_verifications, 2);
 }
 
-// Options::capture_scalar_outputs is not implemented: setting it says so instead of being ignored,
-// and item() values stay value-guarded (results stay right).
-TEST(Dynamic, CaptureScalarOutputsSaysItIsNotImplemented) {
-  warden::Options o = Mode(warden::Dynamic::kAuto, "scaled");
-  o.capture_scalar_outputs = true;
-  testing::internal::CaptureStderr();
+// Options::capture_scalar_outputs: an item() whose value only scales a tensor is a graph value.
+// 30 calls, each with a new value: one compile, every other call a hit, results equal eager's.
+// Without the option, every new value is a recompile (the value guard fails).
+TEST(Dynamic, CaptureScalarOutputsKeepsItemValuesInTheGraph) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
     const at::Tensor& x = a[0].toTensor();
-    return {x * x.max().item<double>()};
+    const double scale = x.abs().max().item<double>();
+    return {(x / scale).tanh() * scale};
   };
-  auto f = warden::compile(fn, o);
-  const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_THAT(err, HasSubstr("warden: function 'scaled': Options::capture_scalar_outputs is not implemented"));
-  for (int i = 0; i < 3; ++i) {
-    auto x = torch::randn({4});
-    ExpectSame(f({x}), fn({x}));
+  for (const char* backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    warden::Options o = Mode(warden::Dynamic::kAuto, "scaled");
+    o.backend = backend;
+    o.capture_scalar_outputs = true;
+    auto f = warden::compile(fn, o);
+    for (int i = 0; i < 30; ++i) {
+      auto x = torch::randn({8});
+      ExpectSame(f({x}), fn({x}));
+    }
+    EXPECT_LE(f.stats().compiles, 2);
+    EXPECT_EQ(f.stats().eager_calls, 0);
+    EXPECT_THAT(f.explain(), HasSubstr("is a graph value (no value guard)"));
+  }
+  warden::Options plain = Mode(warden::Dynamic::kAuto, "plain");
+  plain.cache_size_limit = 30;
+  auto g = warden::compile(fn, plain);
+  for (int i = 0; i < 5; ++i) g({torch::randn({8})});
+  EXPECT_EQ(g.stats().compiles, 5);
+}
+
+// What the check catches: a branch on the value (the perturbed value takes the other side), a
+// value that decides a shape, a value C++ transforms before an op sees it. Each keeps its value
+// guard, says why in explain(), and results stay right.
+TEST(Dynamic, CaptureScalarOutputsKeepsTheGuardWhereTheValueIsNotJustAnArgument) {
+  auto branch = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const double m = x.mean().item<double>();
+    return {m > 0.6 ? x * 2 : x * 3};
+  };
+  auto shape = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {torch::ones({x.sum().item<int64_t>()})};
+  };
+  auto derived = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {x * (x.max().item<double>() * 2)};
+  };
+  warden::Options o = Mode(warden::Dynamic::kAuto, "checked");
+  o.capture_scalar_outputs = true;
+  {
+    auto f = warden::compile(branch, o);
+    for (double v : {0.5, 0.55, 0.7, 0.58}) {
+      auto x = torch::full({4}, v);
+      ExpectSame(f({x}), branch({x}));
+    }
+    EXPECT_THAT(f.explain(), HasSubstr("stays value-guarded: "));
+  }
+  {
+    auto f = warden::compile(shape, o);
+    for (int64_t n : {2, 3, 2}) {
+      auto x = torch::tensor({n, int64_t{0}});
+      ExpectSame(f({x}), shape({x}));
+    }
+    EXPECT_THAT(f.explain(), HasSubstr("stays value-guarded"));
+  }
+  {
+    auto f = warden::compile(derived, o);
+    for (int i = 0; i < 3; ++i) {
+      auto x = torch::randn({4});
+      ExpectSame(f({x}), derived({x}));
+    }
+    EXPECT_THAT(f.explain(), HasSubstr("stays value-guarded: argument 1 of aten::mul.Scalar"));
+    EXPECT_EQ(f.stats().compiles, 3);
   }
 }
 

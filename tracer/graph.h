@@ -60,6 +60,9 @@ struct Value {
   int output_index = 0;       // kNode: which flattened output of the producer
   ValueId alias_of = kNoValue;  // the value whose storage this one views (-1: own storage)
   c10::IValue traced_scalar;  // !is_tensor: the value seen at trace time
+  // A data-dependent scalar (item()) that flows only into op arguments, which read it as a graph
+  // value: the artifact passes it on instead of value-guarding it (Options::capture_scalar_outputs).
+  bool captured = false;
 };
 
 // An element of an int or int[] constant that is, at run time, the size of an argument's dim

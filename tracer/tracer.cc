@@ -64,6 +64,7 @@ struct TraceState {
   bool syncing = false;          // replaying a requires_grad_ the function made on a wrapper
   std::vector<at::Tensor> arg_wrappers;  // the wrappers of the tensor arguments
   bool verification = false;     // Trace(..., verification): no observable effect may run
+  const std::map<int, c10::IValue>* scalar_overrides = nullptr;  // verification only
   std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers
 
   void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
@@ -896,6 +897,10 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // guard on exactly this result (checked by the artifact on every run).
       ret.kind = NodeReturn::Kind::kScalar;
       node.kind = NodeKind::kDataDependent;
+      if (st->scalar_overrides != nullptr) {
+        auto it = st->scalar_overrides->find(node.index);
+        if (it != st->scalar_overrides->end()) iv = it->second;  // what the function sees from here on
+      }
       Value v;
       v.kind = ValueKind::kNode;
       v.is_tensor = false;
@@ -964,9 +969,11 @@ class ScopedTrace {
 bool IsTracing() { return current_state != nullptr; }
 
 TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
-                  const std::vector<std::string>& arg_names, bool verification) {
+                  const std::vector<std::string>& arg_names, bool verification,
+                  const std::map<int, c10::IValue>* scalar_overrides) {
   auto state = std::make_unique<TraceState>();
   state->verification = verification;
+  if (verification) state->scalar_overrides = scalar_overrides;
   Graph& g = *state->graph;
   g.arg_names = arg_names;
   for (size_t i = g.arg_names.size(); i < args.size(); ++i) g.arg_names.push_back(absl::StrCat("arg", i));

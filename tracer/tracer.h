@@ -6,6 +6,7 @@
 #define WARDEN_TRACER_TRACER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,8 +49,11 @@ using TracedFn = std::function<std::vector<at::Tensor>(const std::vector<c10::IV
 // `verification`: a second trace made only to compare graphs (Note [Symbolic scalars]); it must
 // leave no trace of itself, so an op that would write an argument or a captured tensor, or draw a
 // random number, abandons it before running (rerun_eagerly is then set; nothing was written).
+// `scalar_overrides` (verification traces only): node index -> the value a data-dependent scalar
+// op (item()) at that index returns to the function instead of its real result, and records.
 TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
-                  const std::vector<std::string>& arg_names, bool verification = false);
+                  const std::vector<std::string>& arg_names, bool verification = false,
+                  const std::map<int, c10::IValue>* scalar_overrides = nullptr);
 
 // True while the calling thread is inside Trace() (nested compiled functions run eagerly).
 bool IsTracing();

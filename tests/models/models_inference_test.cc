@@ -218,6 +218,15 @@ TEST_P(ModelsInference, VaeBatchSweepCompilesAtMostTwice) {
       [](models::Vae& m, const at::Tensor& x) { return std::get<0>(m->forward(x)); }, false);
 }
 
+// fastText averages embeddings over words: token inputs [batch, 6]. (The GRU tagger is not
+// here: its Embedding's max_norm makes LibTorch read the tokens' strides in C++, and a stride
+// read keeps every size of that tensor static.)
+TEST_P(ModelsInference, FastTextBatchSweep) {
+  SweepBatches<models::FastText>(backend(), this->tol(twin::kForwardTol),
+                                 [](int64_t b) { return torch::randint(20, {b, 6}, torch::kLong); },
+                                 Forward<models::FastText>, false);
+}
+
 // The tutorial CNN flattens with view({x.size(0), -1}): C++ reads the batch size.
 TEST_P(ModelsInference, ConvNetBatchSweepVerifiesTheSizeItReads) {
   SweepBatches<models::ConvNet>(backend(), this->tol(twin::kForwardTol),

@@ -551,6 +551,7 @@ void AddIndexingCases(std::vector<Case>& cases) {
       {"aten::gather", {F({4, 3}), 0, L({2, 3}, 4)}},
       {"aten::embedding", {F({10, 4}), L({2, 5}, 10)}},
       {"aten::embedding", {F({10, 4}), L({}, 10)}},
+      {"aten::embedding_renorm_", {F({10, 3}), L({4}, 10), 1.0, 2.0}},
       {"aten::repeat", {F({2, 3}), I({2, 1, 2})}},
       {"aten::repeat", {F({2, 3}), I({0, 1})}},
       {"aten::flip", {F({2, 3}), I({0, -1})}},

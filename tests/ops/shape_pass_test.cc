@@ -132,6 +132,34 @@ TEST(ShapePassTest, RecurrentLayersKeepBatchAndTimeSymbolic) {
   EXPECT_EQ((t.pass.requirements[0].lhs - t.pass.requirements[0].rhs).ToString(), "-s1 + s2");
 }
 
+// reshape(-1, 12) of [s0, 1, s1, s2] with every dim dynamic: giving up the trailing symbols
+// (3 * 4 = 12) keeps the batch symbolic; giving up one of them alone would not divide.
+TEST(ShapePassTest, ReshapeGivesUpTrailingSymbolsBeforeTheBatch) {
+  auto t = TraceAndPropagate([](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 return {a[0].toTensor().view({-1, 12})};
+               },
+               {torch::randn({5, 1, 3, 4})}, {{0, -1}});
+  ASSERT_EQ(t.pass.symbols.size(), 3u);
+  EXPECT_EQ(t.Output(0), "[s0, 12]");
+  EXPECT_EQ(t.pass.specialized.count(0), 0u);
+  EXPECT_EQ(t.pass.specialized.count(1), 1u);
+  EXPECT_EQ(t.pass.specialized.count(2), 1u);
+}
+
+// batch_norm asks whether its input is empty dim by dim: after a 3x3 convolution the spatial
+// sizes (s - 2) could be 0 and specialize, the batch (>= 2) never does.
+TEST(ShapePassTest, BatchNormAfterAConvolutionKeepsTheBatchSymbolic) {
+  const at::Tensor w = torch::randn({4, 3, 3, 3}), mean = torch::zeros({4}), var = torch::ones({4});
+  auto t = TraceAndPropagate([&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+                 return {torch::batch_norm(torch::conv2d(a[0].toTensor(), w), {}, {}, mean, var, false, 0.1, 1e-5,
+                                           false)};
+               },
+               {torch::randn({5, 3, 8, 8})}, {{0, -1}});
+  ASSERT_EQ(t.pass.symbols.size(), 4u);
+  EXPECT_EQ(t.pass.specialized.count(0), 0u) << t.pass.specialized.at(0);
+  EXPECT_THAT(t.Output(0), testing::StartsWith("[s0, 4, "));
+}
+
 TEST(ShapePassTest, UserSizeReadSpecializesWithProvenance) {
   auto t = TraceAndPropagate([](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
                  at::Tensor x = a[0].toTensor();

@@ -1,0 +1,153 @@
+// Batch sweeps through the real-program models (tests/models/models.h): each model in eval mode
+// under NoGradGuard, batch sizes 1..12 in order, twice (the second round is what a warm server
+// sees), eagerly and through Warden, per backend ("aten", "cpp") and dynamic mode (kAuto, kDynamic).
+// Reports compiles, size verifications (Note [Verified size reads]: sizes the model's C++ reads,
+// verified by a re-trace instead of recompiled), eager calls and hits, and the wall time of each
+// round against eager's. Every output is checked against eager (torch::allclose) as the sweep
+// runs; exit code 1 on a mismatch.
+//
+//   bazel run -c opt //bench:models_sweep [-- --rounds=2 --max_batch=12 --events]
+// (--events prints each function's miss events: what compiled, verified or stayed static, and why)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/warden.h"
+#include "tests/models/models.h"
+#include "tools/libtorch_info.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Model {
+  std::string name;
+  std::string reads;  // what its C++ reads, or ""
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::function<at::Tensor(int64_t)> input;
+  std::shared_ptr<torch::nn::Module> module;  // watched: its eval() flag is C++ state
+};
+
+template <typename Holder>
+Holder Eval(Holder m) {
+  m->eval();
+  return m;
+}
+
+std::vector<Model> Models() {
+  torch::manual_seed(0);
+  std::vector<Model> out;
+  auto mlp = Eval(models::Mlp(12, 16, 4, true));
+  out.push_back({"MLP + BatchNorm1d", "", [mlp](const at::Tensor& x) mutable { return mlp->forward(x); },
+                 [](int64_t b) { return torch::randn({b, 12}); }, mlp.ptr()});
+  auto cnn = Eval(models::ConvNet());
+  out.push_back({"CNN (MNIST style)", "view({x.size(0), -1})", [cnn](const at::Tensor& x) mutable { return cnn->forward(x); },
+                 [](int64_t b) { return torch::randn({b, 1, 16, 16}); }, cnn.ptr()});
+  auto resnet = Eval(models::ResNet(10));
+  out.push_back({"ResNet (2 blocks)", "", [resnet](const at::Tensor& x) mutable { return resnet->forward(x); },
+                 [](int64_t b) { return torch::randn({b, 1, 16, 16}); }, resnet.ptr()});
+  auto lstm = Eval(models::LstmLm(40, 16, 24));
+  out.push_back({"LSTM LM (2 layers, seq 7)", "nn::LSTM: input.size(1)",
+                 [lstm](const at::Tensor& t) mutable { return std::get<0>(lstm->forward(t)); },
+                 [](int64_t b) { return torch::randint(40, {7, b}, torch::kLong); }, lstm.ptr()});
+  auto vae = Eval(models::Vae());
+  out.push_back({"VAE", "", [vae](const at::Tensor& x) mutable { return std::get<0>(vae->forward(x)); },
+                 [](int64_t b) { return torch::rand({b, 1, 16, 16}); }, vae.ptr()});
+  auto gen = Eval(models::DcganGenerator());
+  out.push_back({"DCGAN generator", "", [gen](const at::Tensor& z) mutable { return gen->forward(z); },
+                 [](int64_t b) { return torch::randn({b, 16, 1, 1}); }, gen.ptr()});
+  return out;
+}
+
+double Ms(Clock::time_point since) { return std::chrono::duration<double, std::milli>(Clock::now() - since).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 2;
+  int64_t max_batch = 12;
+  bool events = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
+      rounds = std::atoi(argv[i] + 9);
+    } else if (std::strcmp(argv[i], "--events") == 0) {
+      events = true;
+    } else if (std::strncmp(argv[i], "--max_batch=", 12) == 0) {
+      max_batch = std::atoll(argv[i] + 12);
+    } else {
+      std::fprintf(stderr, "unknown flag %s (supported: --rounds=N --max_batch=N --events)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (rounds < 1 || max_batch < 1) {
+    std::fprintf(stderr, "--rounds and --max_batch must be positive\n");
+    return 2;
+  }
+  at::set_num_threads(1);
+  std::printf("models_sweep: %s; batch 1..%lld, %d rounds, eval mode under NoGradGuard, 1 intra-op thread\n",
+              warden::tools::LibTorchDescription().c_str(), static_cast<long long>(max_batch), rounds);
+  std::printf("| model | C++ reads | backend | mode | compiles | verifications | eager calls | hits | "
+              "round 1 ms (eager) | round %d ms (eager) | last round vs eager |\n", rounds);
+  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  bool ok = true;
+  torch::NoGradGuard no_grad;
+  for (const Model& m : Models()) {
+    // Inputs fixed up front, so every configuration sees the same calls.
+    std::vector<at::Tensor> inputs;
+    for (int64_t b = 1; b <= max_batch; ++b) inputs.push_back(m.input(b));
+    std::vector<double> eager_ms(rounds);
+    std::vector<at::Tensor> want;
+    for (int r = 0; r < rounds; ++r) {
+      const auto start = Clock::now();
+      for (const at::Tensor& x : inputs) {
+        at::Tensor y = m.forward(x);
+        if (r == 0) want.push_back(y);
+      }
+      eager_ms[r] = Ms(start);
+    }
+    for (const char* backend : {"aten", "cpp"}) {
+      for (warden::Dynamic mode : {warden::Dynamic::kAuto, warden::Dynamic::kDynamic}) {
+        warden::Options o;
+        o.name = m.name;
+        o.backend = backend;
+        o.dynamic = mode;
+        auto fn = m.forward;
+        warden::CompiledFunction f = warden::compile(
+            [fn](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> { return {fn(a[0].toTensor())}; }, o);
+        f.watch(*m.module, "model");
+        std::vector<double> ms(rounds);
+        for (int r = 0; r < rounds; ++r) {
+          const auto start = Clock::now();
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            const at::Tensor got = f({inputs[i]})[0];
+            if (!got.sizes().equals(want[i].sizes()) || !torch::allclose(got, want[i], 1e-4, 1e-5)) {
+              std::printf("MISMATCH %s %s batch %zu\n", m.name.c_str(), backend, i + 1);
+              ok = false;
+            }
+          }
+          ms[r] = Ms(start);
+        }
+        const warden::Stats s = f.stats();
+        std::printf("| %s | %s | %s | %s | %lld | %lld | %lld | %lld | %.1f (%.1f) | %.1f (%.1f) | %.2fx |\n",
+                    m.name.c_str(), m.reads.empty() ? "-" : m.reads.c_str(), backend,
+                    mode == warden::Dynamic::kAuto ? "kAuto" : "kDynamic", static_cast<long long>(s.compiles),
+                    static_cast<long long>(s.size_verifications), static_cast<long long>(s.eager_calls),
+                    static_cast<long long>(s.cache_hits), ms[0], eager_ms[0], ms[rounds - 1], eager_ms[rounds - 1],
+                    eager_ms[rounds - 1] / ms[rounds - 1]);
+        if (events) {
+          for (const warden::RecompileEvent& e : f.recompiles()) {
+            std::printf("    call %lld: %s\n", static_cast<long long>(e.call_index), e.action.c_str());
+          }
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  return ok ? 0 : 1;
+}
