@@ -117,6 +117,29 @@ std::string Compare(const tracer::TraceResult& a, const tracer::TraceResult& b, 
   return "";
 }
 
+// The second trace of Note [Symbolic scalars] (probe_args / overrides carry the other value) and
+// its comparison with the first: "" and the op arguments that are the value, or why not.
+std::string ProbeAndCompare(const tracer::TracedFn& fn, const std::vector<c10::IValue>& probe_args,
+                            const std::vector<std::string>& names, const tracer::TraceResult& trace,
+                            const c10::IValue& before, const c10::IValue& after,
+                            const std::map<int, c10::IValue>* overrides, ValueId skip, const std::string& what,
+                            std::vector<Position>* positions) {
+  tracer::TraceResult probe;
+  try {
+    probe = tracer::Trace(fn, probe_args, names, /*verification=*/true, overrides);
+  } catch (const std::exception& e) {
+    return absl::StrCat("the function raised with ", what, " = ", tracer::IValueString(after), " (", e.what(), ")");
+  }
+  if (!probe.untraceable.empty() || probe.rerun_eagerly) {
+    return absl::StrCat("the function is not traceable with another value",
+                        probe.untraceable.empty() ? "" : absl::StrCat(" (", probe.untraceable, ")"));
+  }
+  const std::string diff = Compare(trace, probe, before, after, positions, skip);
+  if (!diff.empty()) return diff;
+  if (positions->empty()) return "no op takes it as an argument (only C++ code uses it)";
+  return "";
+}
+
 }  // namespace
 
 ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10::IValue>& args,
@@ -146,26 +169,11 @@ ScalarPromotion PromoteScalars(const tracer::TracedFn& fn, const std::vector<c10
     }
     std::vector<c10::IValue> probe_args = args;
     probe_args[k] = *other;
-    tracer::TraceResult probe;
-    try {
-      probe = tracer::Trace(fn, probe_args, names, /*verification=*/true);
-    } catch (const std::exception& e) {
-      keep(absl::StrCat("the function raised with ", name, " = ", tracer::IValueString(*other), " (", e.what(), ")"));
-      continue;
-    }
-    if (!probe.untraceable.empty() || probe.rerun_eagerly) {
-      keep(absl::StrCat("the function is not traceable with another value",
-                        probe.untraceable.empty() ? "" : absl::StrCat(" (", probe.untraceable, ")")));
-      continue;
-    }
     std::vector<Position> positions;
-    const std::string diff = Compare(trace, probe, args[k], *other, &positions);
-    if (!diff.empty()) {
-      keep(diff);
-      continue;
-    }
-    if (positions.empty()) {
-      keep("no op takes it as an argument (only C++ code uses it)");
+    const std::string why =
+        ProbeAndCompare(fn, probe_args, names, trace, args[k], *other, nullptr, tracer::kNoValue, name, &positions);
+    if (!why.empty()) {
+      keep(why);
       continue;
     }
     promote.emplace_back(k, std::move(positions));
@@ -225,25 +233,11 @@ ScalarCapture CaptureScalarOutputs(const tracer::TracedFn& fn, const std::vector
       continue;
     }
     const std::map<int, c10::IValue> overrides{{v.node, *other}};
-    tracer::TraceResult probe;
-    try {
-      probe = tracer::Trace(fn, args, names, /*verification=*/true, &overrides);
-    } catch (const std::exception& e) {
-      keep(absl::StrCat("the function raised when it saw ", tracer::IValueString(*other), " (", e.what(), ")"));
-      continue;
-    }
-    if (!probe.untraceable.empty() || probe.rerun_eagerly) {
-      keep("the function is not traceable with another value");
-      continue;
-    }
     std::vector<Position> positions;
-    const std::string diff = Compare(trace, probe, v.traced_scalar, *other, &positions, id);
-    if (!diff.empty()) {
-      keep(diff);
-      continue;
-    }
-    if (positions.empty()) {
-      keep("no op takes it as an argument (only C++ code uses it)");
+    const std::string why = ProbeAndCompare(fn, args, names, trace, v.traced_scalar, *other, &overrides, id, "item()",
+                                            &positions);
+    if (!why.empty()) {
+      keep(why);
       continue;
     }
     capture.emplace_back(id, std::move(positions));
