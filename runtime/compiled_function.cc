@@ -128,11 +128,7 @@ std::shared_ptr<runtime::VerifiedSizes> GeneralizeReads(tracer::TraceResult& tra
     auto verified = std::make_shared<runtime::VerifiedSizes>(read_dims, read_names);
     trace.graph = std::move(general);
     *shapes = std::move(pass);
-    std::vector<int64_t> tuple;
-    for (const auto& [arg, dim] : read_dims) {
-      tuple.push_back(trace.graph->value(trace.graph->arg_values[arg]).meta.sizes[dim]);
-    }
-    verified->Add(tuple);
+    verified->Add(verified->TupleOf(*trace.graph));
     return verified;
   }
   if (why->empty()) {
@@ -545,9 +541,10 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       throw;
     }
     const std::string mismatch = runtime::InstanceMismatch(*e->graph, e->reads, *e->shapes, t);
-    const std::string tuple_text = e->verified->TupleText(e->verified->TupleOf(args.data()));
+    const std::vector<int64_t> tuple = e->verified->TupleOf(*t.graph);
+    const std::string tuple_text = e->verified->TupleText(tuple);
     if (mismatch.empty()) {
-      e->verified->Add(e->verified->TupleOf(args.data()));
+      e->verified->Add(tuple);
       verifications_.fetch_add(1);
       event.action = absl::StrCat("verified ", tuple_text, " against entry ", id_, "/", e->index, " (re-trace ",
                                   absl::StrFormat("%.2f", Millis(TraceClock::now() - start)), " ms, no compile)");

@@ -34,12 +34,8 @@ namespace {
 
 // "sizes read by C++, verified per value (Note [Verified size reads]): arg0.size(0) in {2, 3, 5}".
 std::string VerifiedText(const runtime::VerifiedSizes& v) {
-  std::vector<std::string> values;
-  for (const auto& t : v.Values()) {
-    values.push_back(t.size() == 1 ? absl::StrCat(t[0]) : absl::StrCat("(", absl::StrJoin(t, ", "), ")"));
-  }
   const std::string dims = v.names().size() == 1 ? v.names()[0] : absl::StrCat("(", absl::StrJoin(v.names(), ", "), ")");
-  return absl::StrCat("sizes read by C++, verified per value by re-tracing: ", dims, " in {", absl::StrJoin(values, ", "), "}");
+  return absl::StrCat("sizes read by C++, verified per value by re-tracing: ", dims, " in {", v.ValuesText(), "}");
 }
 
 

@@ -122,6 +122,12 @@ std::vector<int64_t> VerifiedSizes::TupleOf(const c10::IValue* args) const {
   return tuple;
 }
 
+std::vector<int64_t> VerifiedSizes::TupleOf(const Graph& traced) const {
+  std::vector<int64_t> tuple;
+  for (const auto& [arg, dim] : dims_) tuple.push_back(TracedSize(traced, arg, dim));
+  return tuple;
+}
+
 void VerifiedSizes::Add(const std::vector<int64_t>& tuple) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::vector<int64_t>> tuples = Values();
@@ -142,7 +148,13 @@ std::vector<std::vector<int64_t>> VerifiedSizes::Values() const {
   return out;
 }
 
-size_t VerifiedSizes::size() const { return current_.load(std::memory_order_acquire)->size() / std::max<size_t>(dims_.size(), 1); }
+std::string VerifiedSizes::ValuesText() const {
+  std::vector<std::string> values;
+  for (const auto& t : Values()) {
+    values.push_back(t.size() == 1 ? absl::StrCat(t[0]) : absl::StrCat("(", absl::StrJoin(t, ", "), ")"));
+  }
+  return absl::StrJoin(values, ", ");
+}
 
 std::string VerifiedSizes::TupleText(const std::vector<int64_t>& tuple) const {
   std::vector<std::string> parts;
@@ -152,10 +164,8 @@ std::string VerifiedSizes::TupleText(const std::vector<int64_t>& tuple) const {
 
 std::string VerifiedSizes::Failure(const c10::IValue* args) const {
   if (Check(args)) return "";
-  std::vector<std::string> values;
-  for (const auto& t : Values()) values.push_back(t.size() == 1 ? absl::StrCat(t[0]) : absl::StrCat("(", absl::StrJoin(t, ", "), ")"));
   return absl::StrCat(TupleText(TupleOf(args)), " is read by C++ code and not yet verified for this entry (verified: ",
-                      absl::StrJoin(values, ", "), ")");
+                      ValuesText(), ")");
 }
 
 std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::TraceResult& before,
@@ -165,7 +175,8 @@ std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::
   *why = StructureDifference(x, before.reads, y, now.reads);
   if (!why->empty()) return nullptr;
   auto out = std::make_shared<Graph>(y);
-  // Which read size an element is: its value in both traces, unique among the read dims.
+  // Which read size an element is: the read dim with that value in both traces (the first one if
+  // several match; a wrong pick only fails verification later).
   auto match = [&](int64_t a, int64_t b, tracer::SizeRef* ref) {
     int found = 0;
     for (const auto& [arg, dim] : read_dims) {
@@ -176,7 +187,7 @@ std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::
         }
       }
     }
-    return found >= 1;  // several read dims with the same sizes in both traces: the first; verification decides
+    return found >= 1;
   };
   for (size_t n = 0; n < y.nodes.size(); ++n) {
     for (size_t k = 0; k < y.nodes[n].args.size(); ++k) {

@@ -61,8 +61,12 @@ class VerifiedSizes {
   bool Check(const c10::IValue* args) const;
   void Add(const std::vector<int64_t>& tuple);
   std::vector<int64_t> TupleOf(const c10::IValue* args) const;
+  // The tuple a trace saw: its arguments' sizes when the call began (the function may have
+  // resized an argument in place since, Note [Metadata at entry] in guards/).
+  std::vector<int64_t> TupleOf(const tracer::Graph& traced) const;
   std::vector<std::vector<int64_t>> Values() const;
-  size_t size() const;
+  // The verified tuples as text: "2, 3" for one dim, "(2, 2), (3, 3)" for several.
+  std::string ValuesText() const;
 
   const std::vector<std::pair<int, int>>& dims() const { return dims_; }
   // "arg0.size(0)", one per dim.

@@ -265,6 +265,30 @@ TEST(Dynamic, SizeReadByUserCodeIsVerifiedNotRecompiled) {
   }
 }
 
+// The size a verification records is the one the call began with: a function that transposes
+// its argument in place after reading its size must not get the transposed size verified (that
+// size was never traced, and here the function branches on it).
+TEST(Dynamic, VerifiedSizeIsTheSizeAtEntry) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor();
+    if (x.size(0) == 4) return {x.view({4, -1}) * 100};
+    at::Tensor y = x.view({x.size(0), -1}) * 2;
+    x.t_();
+    return {y};
+  };
+  auto f = warden::compile(fn, Mode(warden::Dynamic::kAuto));
+  for (int64_t n : {2, 3, 5}) {
+    auto x = torch::randn({n, 4});
+    auto x2 = x.clone();
+    ExpectSame(f({x}), fn({x2}));
+    EXPECT_TRUE(torch::equal(x, x2));
+  }
+  EXPECT_EQ(f.stats().size_verifications, 1);
+  auto x = torch::randn({4, 4});
+  auto x2 = x.clone();
+  ExpectSame(f({x}), fn({x2}));  // size 4 was never traced: re-traced, not replayed
+}
+
 // A size read that feeds a value computed from it (x.size(0) * 2) cannot be expressed: the dim
 // stays static, each recompile says why, and the cache-limit warning names the function by its
 // default name and says what would have avoided it.
