@@ -469,14 +469,32 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
   return Miss(args, call_index, {value_failures.begin(), value_failures.end()});
 }
 
+std::string CompiledFunction::Impl::WaitForTrace(std::unique_lock<std::mutex>& lock) {
+  const auto start = std::chrono::steady_clock::now();
+  while (tracing_) {
+    const uint64_t ops = tracer::OpsSeen();
+    if (traced_cv_.wait_for(lock, kTraceStall, [this] { return !tracing_; })) return "";
+    if (tracer::OpsSeen() == ops) {
+      return absl::StrCat("another thread's trace of this function recorded no op for ", kTraceStall.count(),
+                          " ms (it may be waiting for this thread)");
+    }
+    if (std::chrono::steady_clock::now() - start >= kMaxWaitForTrace) {
+      return absl::StrCat("another thread was still tracing this function after ", kMaxWaitForTrace.count() / 1000,
+                          " s");
+    }
+  }
+  return "";
+}
+
 std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IValue>& args,
                                                      int64_t call_index,
                                                      const std::map<int, std::string>& value_failures) {
   slow_calls_.fetch_add(1, std::memory_order_relaxed);
   ValidateArgs(args, *this);
   std::unique_lock<std::mutex> lock(mu_);
-  // Another thread is tracing (Note [No lock around user code]): wait a bounded time for its entry.
-  if (tracing_) traced_cv_.wait_for(lock, kWaitForTrace, [this] { return !tracing_; });
+  // Another thread is tracing (Note [No lock around user code]): wait for its entry while it makes
+  // progress.
+  std::string stalled = WaitForTrace(lock);
   // Another thread may have compiled this signature while we waited for the lock.
   const std::vector<std::string> names = ArgNames(args.size());
   std::map<int, std::string> failures = value_failures;
@@ -600,14 +618,16 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   // The user's function runs (traced) without mu_: from inside its body it may call explain(),
   // recompiles(), guards(), reset() or mark_dynamic() on this function, which take mu_, or wait for
   // a thread that calls this function. While it runs, tracing_ is set (a call from inside the
-  // trace itself runs inline: tracer::IsTracing()). A miss on another thread waits for that trace
-  // up to kWaitForTrace (a server's threads arriving together then hit the entry it makes); past
-  // that it runs the function eagerly instead of tracing it again, which is what breaks the cycle
-  // when the traced body waits for a thread that calls the function. The rest of a compile (guards, codegen, publishing) holds mu_,
+  // trace itself runs inline: tracer::IsTracing()). A miss on another thread waits
+  // for that trace while it makes progress (a server's threads arriving together then hit the entry
+  // it makes, however slow the first trace of a big model is on a loaded machine). A trace that
+  // records no op for kTraceStall is taken to be blocked, perhaps on this very thread: the miss
+  // then runs the function eagerly instead of tracing it again, which is what breaks the cycle
+  // when the traced body waits for a thread that calls the function (kMaxWaitForTrace bounds a
+  // trace that progresses forever). The rest of a compile (guards, codegen, publishing) holds mu_,
   // so a miss that waited finds the entry: a signature is never compiled twice.
   if (tracing_) {
-    event.action = absl::StrCat("ran eagerly: another thread was still tracing this function after ",
-                                kWaitForTrace.count(), " ms (Note [No lock around user code])");
+    event.action = absl::StrCat("ran eagerly: ", stalled, " (Note [No lock around user code])");
     if (logs_.recompiles) runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
     RecordEvent(std::move(event));
     return eagerly();

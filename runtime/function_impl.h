@@ -149,7 +149,12 @@ class CompiledFunction::Impl {
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
   bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])
   std::condition_variable traced_cv_;  // notified when tracing_ turns false
-  static constexpr std::chrono::milliseconds kWaitForTrace{1000};
+  // A miss waits for another thread's trace while that trace makes progress (records ops), giving
+  // up after kTraceStall without progress or kMaxWaitForTrace in all (Note [No lock around user code]).
+  static constexpr std::chrono::milliseconds kTraceStall{1000};
+  static constexpr std::chrono::milliseconds kMaxWaitForTrace{60000};
+  // Waits as above; returns the event text of a call that must run eagerly, empty if the trace ended.
+  std::string WaitForTrace(std::unique_lock<std::mutex>& lock);
 
   std::string ArgName(size_t i) const;
   std::vector<std::string> ArgNames(size_t n) const;

@@ -343,6 +343,35 @@ TEST_P(Hostile, ReentrantCallsFromTheBodyDoNotDeadlock) {
   }, "re-entrant calls");
 }
 
+// A first trace that takes longer than a stalled trace may (here 2.5 s, an op every 50 ms, like a
+// big model's first trace on a loaded machine) keeps a concurrent miss waiting: it then hits the
+// entry the trace made instead of running eagerly.
+TEST_P(Hostile, AConcurrentMissWaitsForASlowTraceThatProgresses) {
+  WithinSeconds(120, [&] {
+    std::atomic<bool> started{false};
+    warden::Fn fn = [&](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+      started = true;
+      at::Tensor x = a[0].toTensor();
+      for (int i = 0; i < 50; ++i) {
+        x = x + 1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      return {x};
+    };
+    warden::CompiledFunction f = warden::compile(fn, Opts(GetParam(), warden::Dynamic::kStatic));
+    const at::Tensor x = torch::randn({4});
+    std::thread tracer([&] { EXPECT_TRUE(torch::allclose(f({x})[0], x + 50)); });
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(torch::allclose(f({x})[0], x + 50));
+    tracer.join();
+    const warden::Stats s = f.stats();
+    EXPECT_EQ(s.calls, 2);
+    EXPECT_EQ(s.compiles, 1);
+    EXPECT_EQ(s.eager_calls, 0) << f.explain();
+    EXPECT_EQ(s.cache_hits, 1);
+  }, "slow trace");
+}
+
 // A function or argument name with control characters cannot forge log lines: names are escaped
 // (\xNN) wherever they appear, stderr included.
 TEST(HostileNames, ControlCharactersInNamesAreEscaped) {

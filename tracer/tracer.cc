@@ -739,8 +739,11 @@ bool DrawsNothing(const c10::FunctionSchema& schema, const Node& node) {
   return false;
 }
 
+std::atomic<uint64_t> ops_seen{0};
+
 void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TraceState* st = current_state;
+  ops_seen.fetch_add(1, std::memory_order_relaxed);
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   if (st == nullptr) {
@@ -967,6 +970,8 @@ class ScopedTrace {
 }  // namespace
 
 bool IsTracing() { return current_state != nullptr; }
+
+uint64_t OpsSeen() { return ops_seen.load(std::memory_order_relaxed); }
 
 TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
                   const std::vector<std::string>& arg_names, bool verification,

@@ -58,6 +58,10 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
 // True while the calling thread is inside Trace() (nested compiled functions run eagerly).
 bool IsTracing();
 
+// How many ops every trace in the process has seen so far: a thread waiting for another thread's
+// trace tells a trace that progresses from one that is blocked (Note [No lock around user code]).
+uint64_t OpsSeen();
+
 }  // namespace warden::tracer
 
 #endif  // WARDEN_TRACER_TRACER_H_
