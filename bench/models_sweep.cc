@@ -56,6 +56,17 @@ std::vector<Model> Models() {
   out.push_back({"LSTM LM (2 layers, seq 7)", "nn::LSTM: input.size(1)",
                  [lstm](const at::Tensor& t) mutable { return std::get<0>(lstm->forward(t)); },
                  [](int64_t b) { return torch::randint(40, {7, b}, torch::kLong); }, lstm.ptr()});
+  auto transformer = Eval(models::TransformerLm(50, 32, 4, 2));
+  out.push_back({"Transformer LM (2 layers, 4 heads, seq 6)", "nn::MultiheadAttention: batch*heads",
+                 [transformer](const at::Tensor& t) mutable {
+                   auto [causal, padding] = models::CausalMasks(t.size(0), t.size(1));
+                   return transformer->forward(t, causal, padding);
+                 },
+                 [](int64_t b) { return torch::randint(50, {6, b}, torch::kLong); }, transformer.ptr()});
+  auto gru = Eval(models::GruTagger());
+  out.push_back({"GRU tagger (Embedding max_norm, 2-layer biGRU, seq 5)", "strides (max_norm), nn::GRU: batch",
+                 [gru](const at::Tensor& t) mutable { return gru->forward(t); },
+                 [](int64_t b) { return torch::randint(20, {b, 5}, torch::kLong); }, gru.ptr()});
   auto vae = Eval(models::Vae());
   out.push_back({"VAE", "", [vae](const at::Tensor& x) mutable { return std::get<0>(vae->forward(x)); },
                  [](int64_t b) { return torch::rand({b, 1, 16, 16}); }, vae.ptr()});

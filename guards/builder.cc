@@ -10,7 +10,8 @@
 // - Strides: only where strides were read (is_contiguous(), strides(), ...). The replay backend
 //   calls the same ATen ops, which handle any layout exactly as eager does, so nothing else in the
 //   artifact depends on strides. A read on an intermediate value guards the strides of every used
-//   argument, because layout propagates through ops in ways the graph does not track.
+//   argument, because layout propagates through ops in ways the graph does not track. An entry
+//   that verifies argument strides per value instead (Note [Verified size reads]) gets none.
 // - Scalars: type and value (NaN equals NaN; -0.0 differs from 0.0): C++ code turns them into op
 //   arguments invisibly, so the graph is valid for exactly the traced value.
 // - Aliasing: when the graph writes an argument (or a view of one), which other arguments share
@@ -411,6 +412,7 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
     }
     if (!stride_why.empty()) {
       if (why.empty()) add({GuardKind::kRank, a, -1, -1, rank, 0, stride_why});
+      if (in.strides_verified) continue;
       for (int64_t d = 0; d < rank; ++d) {
         add({GuardKind::kStride, a, static_cast<int>(d), -1, entry.strides[d], 0, stride_why});
       }

@@ -23,6 +23,9 @@ struct BuildInput {
   const std::vector<c10::IValue>* args = nullptr;  // the traced call's arguments
   // The symbolic shape pass over the graph; null means every used size is static.
   const ops::ShapePassResult* shapes = nullptr;
+  // The entry verifies the strides of every tensor argument per value (Note [Verified size reads]
+  // in runtime/verified_sizes.h): stride reads get no stride guards.
+  bool strides_verified = false;
 };
 
 // What the requirements of a shape pass say about each symbol, after substitution: a symbol is

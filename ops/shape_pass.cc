@@ -26,14 +26,14 @@ struct Round {
   ShapePassResult& out;
   bool verify_reads = false;
 
-  // A read of dim `d` of a value: left symbolic (and reported) when verifying reads and the dim is
-  // exactly one symbol, else specialized.
+  // A read of dim `d` of a value: its symbols left symbolic (and reported, to be verified per
+  // value) when verifying reads, else specialized.
   void Read(const Dim& d, const std::string& why) {
     if (verify_reads) {
-      if (const auto s = d.as_symbol()) {
-        out.read_symbols.emplace(*s, why);
-        return;
+      for (int s : d.symbols()) {
+        if (!specialized.count(s)) out.read_symbols.emplace(s, why);
       }
+      return;
     }
     SpecializeAll({d}, why);
   }
@@ -84,9 +84,15 @@ struct Round {
         }
         continue;
       }
-      SpecializeAll(shape, absl::StrCat(r.what == tracer::MetadataRead::What::kSizes ? "sizes of "
-                                                                                    : "strides of ",
-                                        g.ValueName(r.value), " read by ", r.by));
+      const std::string why = absl::StrCat("strides of ", g.ValueName(r.value), " read by ", r.by);
+      if (verify_reads) {
+        if (out.stride_read.empty()) out.stride_read = why;
+        for (size_t s = 0; s < symbols.size(); ++s) {
+          if (!specialized.count(static_cast<int>(s))) out.read_symbols.emplace(static_cast<int>(s), why);
+        }
+        continue;
+      }
+      SpecializeAll(shape, why);
     }
     out.requirements = std::move(facts.requirements);
     for (auto& [s, why] : facts.specialized) specialized.emplace(s, why);
@@ -137,7 +143,7 @@ struct Round {
               for (const tracer::SizeRef& ref : a.sizes_of) {
                 auto it = symbol_of.find({ref.arg, ref.dim});
                 if (it == symbol_of.end() || specialized.count(it->second)) continue;
-                s.dims[ref.elem < 0 ? 0 : ref.elem] = Dim::Symbol(it->second);
+                s.dims[ref.elem < 0 ? 0 : ref.elem] = Dim::Symbol(it->second) * Dim(ref.scale);
                 symbolic = true;
               }
             }
@@ -229,6 +235,7 @@ ShapePassResult PropagateShapes(const Graph& g, const std::vector<tracer::Metada
     // Every round's: a read symbol a later round has specialized (a rule needed its value) is
     // still one C++ read.
     out.read_symbols.insert(attempt.read_symbols.begin(), attempt.read_symbols.end());
+    out.stride_read = attempt.stride_read;
     out.iterations = round + 1;
     if (specialized.size() == before) break;
   }

@@ -32,14 +32,20 @@ struct ShapePassResult {
   // With verify_reads: symbols C++ code read as plain integers that were left symbolic, for the
   // caller to verify per value by re-tracing (Note [Verified size reads]), with who read them.
   std::map<int, std::string> read_symbols;
+  // With verify_reads: non-empty (who read them) when C++ read strides or contiguity of some
+  // value. Every symbol is then in read_symbols, and the strides of every tensor argument the
+  // graph uses must be verified with them (layout propagates through ops in ways the graph does
+  // not track); the caller either does that or re-runs the pass without verify_reads.
+  std::string stride_read;
   int iterations = 0;
 };
 
 // Makes (arg, dim) symbolic for every pair in `dynamic` whose traced size is >= 2 (sizes 0 and 1
 // always specialize: broadcasting and empty tensors behave differently). `dim == -1` in a pair
 // means every dim of that argument.
-// `verify_reads`: a size read by code outside the graph (user code, a decomposed composite) whose
-// dim is exactly a symbol stays symbolic and is reported in read_symbols instead of specializing.
+// `verify_reads`: the symbols of a size read by code outside the graph (user code, a decomposed
+// composite) stay symbolic and are reported in read_symbols instead of specializing;
+// a stride read reports every symbol (and sets stride_read) instead of specializing its value's.
 ShapePassResult PropagateShapes(const tracer::Graph& graph,
                                 const std::vector<tracer::MetadataRead>& reads,
                                 const std::set<std::pair<int, int>>& dynamic, bool verify_reads = false);

@@ -42,7 +42,7 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
       case NodeArg::Kind::kConstant:
         a.kind = na.sizes_of.empty() ? OpStepArg::Kind::kConstant : OpStepArg::Kind::kRunTimeSizes;
         a.constant = na.constant;
-        for (const tracer::SizeRef& r : na.sizes_of) a.sizes.push_back({r.elem, slots.Slot(g.arg_values.at(r.arg)), r.dim});
+        for (const tracer::SizeRef& r : na.sizes_of) a.sizes.push_back({r.elem, slots.Slot(g.arg_values.at(r.arg)), r.dim, r.scale});
         break;
       case NodeArg::Kind::kValue:
         a.slot = slots.Slot(na.value);
@@ -102,11 +102,11 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
         break;
       case OpStepArg::Kind::kRunTimeSizes: {
         if (!a.constant.isIntList()) {
-          stack.emplace_back(slots[a.sizes[0].slot].toTensor().size(a.sizes[0].dim));
+          stack.emplace_back(slots[a.sizes[0].slot].toTensor().size(a.sizes[0].dim) * a.sizes[0].scale);
           break;
         }
         std::vector<int64_t> ints = a.constant.toIntVector();
-        for (const OpStepArg::RunTimeSize& r : a.sizes) ints[r.elem] = slots[r.slot].toTensor().size(r.dim);
+        for (const OpStepArg::RunTimeSize& r : a.sizes) ints[r.elem] = slots[r.slot].toTensor().size(r.dim) * r.scale;
         stack.emplace_back(std::move(ints));
         break;
       }

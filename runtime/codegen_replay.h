@@ -38,10 +38,12 @@ class SlotMap {
 // pre-built IValues; values index the per-run slot array.
 struct OpStepArg {
   // kRunTimeSizes: an int / int[] constant some of whose elements are argument sizes of this run
-  // (tracer::SizeRef): `constant` with sizes[k] = {element, slot of the argument, dim} patched in.
+  // times a constant (tracer::SizeRef): `constant` with sizes[k] = {element, slot of the argument,
+  // dim, scale} patched in.
   enum class Kind : uint8_t { kConstant, kSlot, kSlotList, kOptSlotList, kRunTimeSizes } kind = Kind::kConstant;
   struct RunTimeSize {
     int elem, slot, dim;
+    int64_t scale;
   };
   std::vector<RunTimeSize> sizes;
   c10::IValue constant;

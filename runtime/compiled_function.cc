@@ -93,6 +93,18 @@ std::shared_ptr<runtime::VerifiedSizes> GeneralizeReads(tracer::TraceResult& tra
     read_names.push_back(ops::SymbolName(shapes->symbols[k], names));
   }
   if (read_dims.empty()) return nullptr;
+  if (!shapes->stride_read.empty()) {
+    // C++ read strides: the strides of every tensor argument join the verified tuple.
+    const tracer::Graph& g = *trace.graph;
+    for (size_t arg = 0; arg < g.arg_values.size(); ++arg) {
+      if (g.arg_values[arg] == tracer::kNoValue || !g.value(g.arg_values[arg]).is_tensor) continue;
+      const size_t rank = g.value(g.arg_values[arg]).meta.strides.size();
+      for (size_t d = 0; d < rank; ++d) {
+        read_dims.emplace_back(static_cast<int>(arg), runtime::VerifiedSizes::StrideDim(static_cast<int>(d)));
+        read_names.push_back(absl::StrCat(arg < names.size() ? names[arg] : absl::StrCat("arg", arg), ".stride(", d, ")"));
+      }
+    }
+  }
   const std::string what = absl::StrJoin(read_names, ", ");
   for (const auto& e : entries) {
     if (e->verified != nullptr) continue;  // only plain traces: a generalized graph has its own set
@@ -538,14 +550,18 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
   }
 
   // Note [Verified size reads], step 3: an entry whose only failing check is its set of verified
-  // read sizes re-traces instead of recompiling. The trace is the call's result either way; if it
-  // is not an instance of the entry's graph, it is the trace the recompile below uses.
+  // read sizes re-traces instead of recompiling. One trace serves every such entry (most recently
+  // used first): it is the call's result either way; if it is an instance of none of their graphs,
+  // it is the trace the recompile below uses.
   std::optional<tracer::TraceResult> pretrace;
   std::optional<ModuleGuards> pre_modules;
   std::string verify_note;
+  std::vector<std::shared_ptr<const CacheEntry>> candidates;
   for (const auto& e : entries) {
-    if (tracing_) break;
     if (e->verified == nullptr || failures.count(e->index) || !e->program.Check(args) || !e->modules.Check()) continue;
+    candidates.push_back(e);
+  }
+  if (!tracing_ && !candidates.empty()) {
     ModuleGuards modules = ModuleGuards::Capture(watched_);
     const TraceClock::time_point start = TraceClock::now();
     tracer::TraceResult t;
@@ -558,29 +574,33 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       RecordEvent(std::move(event));
       throw;
     }
-    const std::string mismatch = runtime::InstanceMismatch(*e->graph, e->reads, *e->shapes, t);
-    const std::vector<int64_t> tuple = e->verified->TupleOf(*t.graph);
-    const std::string tuple_text = e->verified->TupleText(tuple);
-    if (mismatch.empty()) {
-      e->verified->Add(tuple);
-      verifications_.fetch_add(1);
-      event.action = absl::StrCat("verified ", tuple_text, " against entry ", id_, "/", e->index, " (re-trace ",
-                                  absl::StrFormat("%.2f", Millis(TraceClock::now() - start)), " ms, no compile)");
-      if (logs_.recompiles) {
-        runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+    for (const auto& e : candidates) {
+      const std::string mismatch = runtime::InstanceMismatch(*e->graph, e->reads, *e->shapes, t);
+      const std::vector<int64_t> tuple = e->verified->TupleOf(*t.graph);
+      const std::string tuple_text = e->verified->TupleText(tuple);
+      if (mismatch.empty()) {
+        e->verified->Add(tuple);
+        verifications_.fetch_add(1);
+        event.action = absl::StrCat("verified ", tuple_text, " against entry ", id_, "/", e->index, " (re-trace ",
+                                    absl::StrFormat("%.2f", Millis(TraceClock::now() - start)), " ms, no compile)");
+        if (logs_.recompiles) {
+          runtime::LogToStderr(absl::StrCat("warden: function '", options_.name, "' ", event.action));
+        }
+        if (trace_ != nullptr) {
+          TraceMiss(*this, "size_verified", event, entries, args, names, failures,
+                    {{"entry", EntryId(*this, e->index)}});
+        }
+        RecordEvent(std::move(event));
+        return t.outputs;
       }
-      if (trace_ != nullptr) {
-        TraceMiss(*this, "size_verified", event, entries, args, names, failures,
-                  {{"entry", EntryId(*this, e->index)}});
+      if (verify_note.empty()) {
+        verify_note = absl::StrCat("re-traced for ", tuple_text, ", which entry ", id_, "/", e->index,
+                                   " could not verify: ", mismatch);
+        if (candidates.size() > 1) absl::StrAppend(&verify_note, " (nor ", candidates.size() - 1, " more)");
       }
-      RecordEvent(std::move(event));
-      return t.outputs;
     }
-    verify_note = absl::StrCat("re-traced for ", tuple_text, ", which entry ", id_, "/", e->index,
-                               " could not verify: ", mismatch);
     pretrace = std::move(t);
     pre_modules = std::move(modules);
-    break;
   }
   // The call already ran the user's function (a re-trace): its result stands when nothing compiles.
   auto eagerly = [&]() -> std::vector<at::Tensor> {
@@ -750,6 +770,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
       if (entry->verified != nullptr) {
         entry->graph = trace.graph;  // the generalized graph (its op arguments read sizes at run time)
         in.graph = trace.graph.get();
+        in.strides_verified = !shapes.stride_read.empty();
       } else {
         shapes = ops::PropagateShapes(*trace.graph, trace.reads, dynamic);
         if (!why.empty()) verify_note = absl::StrCat(verify_note.empty() ? "" : verify_note + "; ", why);

@@ -1,5 +1,6 @@
 // explain() and explain_json(): one report of a function's cache: entries (most recently used
 // first) with graph, guards and provenance, stats, and the recompile events in call order.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +36,9 @@ namespace {
 // "sizes read by C++, verified per value (Note [Verified size reads]): arg0.size(0) in {2, 3, 5}".
 std::string VerifiedText(const runtime::VerifiedSizes& v) {
   const std::string dims = v.names().size() == 1 ? v.names()[0] : absl::StrCat("(", absl::StrJoin(v.names(), ", "), ")");
-  return absl::StrCat("sizes read by C++, verified per value by re-tracing: ", dims, " in {", v.ValuesText(), "}");
+  const bool strides = std::any_of(v.dims().begin(), v.dims().end(), [](const auto& d) { return d.second < 0; });
+  return absl::StrCat(strides ? "sizes and strides" : "sizes", " read by C++, verified per value by re-tracing: ", dims,
+                      " in {", v.ValuesText(), "}");
 }
 
 

@@ -3,6 +3,7 @@
 #include "runtime/verified_sizes.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -17,13 +18,24 @@ using tracer::NodeArg;
 using tracer::Value;
 using tracer::ValueId;
 
-int64_t SizeOf(const c10::IValue& arg, int dim) { return arg.toTensor().size(dim); }
+// A tuple element (VerifiedSizes::StrideDim): size(dim) for dim >= 0, stride(-1 - dim) below. The
+// entry's guards fix the rank of every argument whose sizes are in the tuple; an argument whose
+// strides are may be one the graph does not use (no rank guard): past its rank, a value no traced
+// tuple holds.
+int64_t SizeOf(const c10::IValue& arg, int dim) {
+  const at::Tensor& t = arg.toTensor();
+  if (dim >= 0) return t.size(dim);
+  return -1 - dim < t.dim() ? t.stride(-1 - dim) : std::numeric_limits<int64_t>::min();
+}
 
-// The traced size of argument `arg`'s dim in `g` (-1 when it is not a tensor of that rank).
+// The traced size (or, for a negative dim, stride) of argument `arg` in `g` (-1 when it is not a
+// tensor of that rank).
 int64_t TracedSize(const Graph& g, int arg, int dim) {
   if (arg < 0 || arg >= static_cast<int>(g.arg_values.size()) || g.arg_values[arg] == tracer::kNoValue) return -1;
-  const auto& sizes = g.value(g.arg_values[arg]).meta.sizes;
-  return dim >= 0 && dim < static_cast<int>(sizes.size()) ? sizes[dim] : -1;
+  const auto& meta = g.value(g.arg_values[arg]).meta;
+  const auto& ints = dim >= 0 ? meta.sizes : meta.strides;
+  const int k = dim >= 0 ? dim : -1 - dim;
+  return k < static_cast<int>(ints.size()) ? ints[k] : -1;
 }
 
 // Same value apart from sizes and strides (those are checked against the symbolic shapes).
@@ -175,19 +187,29 @@ std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::
   *why = StructureDifference(x, before.reads, y, now.reads);
   if (!why->empty()) return nullptr;
   auto out = std::make_shared<Graph>(y);
-  // Which read size an element is: the read dim with that value in both traces (the first one if
-  // several match; a wrong pick only fails verification later).
+  // Which read size an element is: the read dim with that value in both traces, else the read dim
+  // of which it is the same integer multiple k >= 2 in both (batch * heads); the first one if
+  // several match. A wrong pick only fails verification later (InstanceMismatch).
   auto match = [&](int64_t a, int64_t b, tracer::SizeRef* ref) {
-    int found = 0;
-    for (const auto& [arg, dim] : read_dims) {
-      if (TracedSize(x, arg, dim) == a && TracedSize(y, arg, dim) == b) {
-        if (found++ == 0) {
-          ref->arg = arg;
-          ref->dim = dim;
+    for (const bool multiple : {false, true}) {
+      for (const auto& [arg, dim] : read_dims) {
+        if (dim < 0) continue;  // a stride: verified, never an op argument
+        const int64_t xs = TracedSize(x, arg, dim), ys = TracedSize(y, arg, dim);
+        int64_t scale = 1;
+        if (multiple) {
+          if (xs < 1 || ys < 1 || a % xs != 0 || b % ys != 0) continue;
+          scale = a / xs;
+          if (scale < 2 || b / ys != scale) continue;
+        } else if (xs != a || ys != b) {
+          continue;
         }
+        ref->arg = arg;
+        ref->dim = dim;
+        ref->scale = scale;
+        return true;
       }
     }
-    return found >= 1;
+    return false;
   };
   for (size_t n = 0; n < y.nodes.size(); ++n) {
     for (size_t k = 0; k < y.nodes[n].args.size(); ++k) {
@@ -245,10 +267,10 @@ std::string InstanceMismatch(const Graph& s, const std::vector<tracer::MetadataR
       c10::IValue want = p.constant;
       if (!p.sizes_of.empty()) {
         if (!want.isIntList()) {
-          want = c10::IValue(TracedSize(t, p.sizes_of[0].arg, p.sizes_of[0].dim));
+          want = c10::IValue(TracedSize(t, p.sizes_of[0].arg, p.sizes_of[0].dim) * p.sizes_of[0].scale);
         } else {
           std::vector<int64_t> ints = want.toIntVector();
-          for (const tracer::SizeRef& r : p.sizes_of) ints[r.elem] = TracedSize(t, r.arg, r.dim);
+          for (const tracer::SizeRef& r : p.sizes_of) ints[r.elem] = TracedSize(t, r.arg, r.dim) * r.scale;
           want = c10::IValue(ints);
         }
       }

@@ -12,8 +12,10 @@
 //    compared with an earlier entry's trace of the same function. They must be the same program:
 //    same ops, operands, aliasing, captured tensors, dtypes, reads and data-dependent values. Op
 //    arguments may differ only where an int (or an int[] element) equals the read size in both
-//    traces; those elements become run-time sizes of the argument (tracer::SizeRef), which both
-//    backends evaluate per call. The result is one symbolic graph S.
+//    traces, or the same integer multiple k >= 2 of it in both (nn::MultiheadAttention views its
+//    projections as [seq, batch*heads, head_dim]); those elements become run-time sizes of the
+//    argument, times k (tracer::SizeRef), which both backends evaluate per call. The result is
+//    one symbolic graph S.
 // 2. Check. The shape pass runs on S (rules see those elements as symbols through
 //    ShapeContext::Dims) and the new trace must be an instance of S at its sizes: every value's
 //    traced sizes equal S's symbolic shape evaluated there. Then S is compiled once, and the entry
@@ -25,6 +27,13 @@
 //    no backend compile) and the call returns the trace's results. Otherwise it is an ordinary
 //    recompile, with the difference as the reason. Hits for verified tuples cost one lookup in a
 //    small sorted set.
+//
+// Stride reads. C++ that reads strides or contiguity (`contiguous()` in nn::MultiheadAttention, an
+// Embedding with max_norm) sees numbers that follow from every argument's sizes and strides in
+// ways the graph does not track. Under verification such a read makes every symbol a read symbol
+// and adds the strides of every tensor argument to the tuple (StrideDim), and the entry gets no
+// stride guards (guards::BuildInput::strides_verified): each new combination of sizes and strides
+// is traced once before it replays, so the branch C++ took on the layout is seen.
 //
 // Soundness rests on the set, not on step 1: a tuple is accepted only after a trace at exactly
 // those sizes produced exactly S (the trace at the new value is the proof), so a wrong guess in
@@ -48,8 +57,9 @@
 
 namespace warden::runtime {
 
-// The read sizes one entry has verified: tuples of (argument, dim) sizes. Check() is lock-free
-// (the hot path); Add() publishes a new immutable set.
+// The read sizes one entry has verified: tuples of (argument, dim) sizes, and of argument strides
+// where C++ read strides (dims below 0: StrideDim). Check() is lock-free (the hot path); Add()
+// publishes a new immutable set.
 class VerifiedSizes {
  public:
   VerifiedSizes(std::vector<std::pair<int, int>> dims, std::vector<std::string> names);
@@ -69,6 +79,8 @@ class VerifiedSizes {
   std::string ValuesText() const;
 
   const std::vector<std::pair<int, int>>& dims() const { return dims_; }
+  // The element of dims() for a stride (stride reads: ops::ShapePassResult::stride_read).
+  static int StrideDim(int dim) { return -1 - dim; }
   // "arg0.size(0)", one per dim.
   const std::vector<std::string>& names() const { return names_; }
   // "arg0.size(0)=7 not verified for this entry (verified: 2, 3)" or "".
@@ -85,7 +97,7 @@ class VerifiedSizes {
 };
 
 // Step 1 of Note [Verified size reads]: `now` (the new trace) with the op-argument elements that
-// equal a read size in both traces turned into SizeRefs; `read_dims` are the (argument, dim) pairs
+// equal a read size (or one multiple of it) in both traces turned into SizeRefs; `read_dims` are the (argument, dim) pairs
 // C++ read. Returns null and sets `why` when the traces are not the same program.
 std::shared_ptr<tracer::Graph> Generalize(const tracer::TraceResult& now, const tracer::TraceResult& before,
                                           const std::vector<std::pair<int, int>>& read_dims, std::string* why);

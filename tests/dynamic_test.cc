@@ -289,13 +289,81 @@ TEST(Dynamic, VerifiedSizeIsTheSizeAtEntry) {
   ExpectSame(f({x}), fn({x2}));  // size 4 was never traced: re-traced, not replayed
 }
 
-// A size read that feeds a value computed from it (x.size(0) * 2) cannot be expressed: the dim
-// stays static, each recompile says why, and the cache-limit warning names the function by its
-// default name and says what would have avoided it.
+// A multiple of a read size (x.size(0) * 2, as nn::MultiheadAttention computes batch * heads) is
+// verified like the size itself: the argument becomes arg0.size(0)*2 at run time, one compile per
+// entry, every later size one re-trace. The re-trace is the proof: a function whose multiple
+// changes with the size (here 2 below 7, 3 from 7 on) fails verification there and recompiles,
+// with results equal to eager throughout.
+TEST(Dynamic, MultipleOfAReadSizeIsVerified) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    const int64_t k = x.size(0) < 7 ? 2 : 3;
+    return {x.relu().reshape({x.size(0) * k, -1}) + 1};
+  };
+  for (const char* backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    warden::Options o = Mode(warden::Dynamic::kAuto);
+    o.backend = backend;
+    auto f = warden::compile(fn, o);
+    for (int round = 0; round < 2; ++round) {
+      for (int64_t n = 1; n <= 6; ++n) {
+        auto x = torch::randn({n, 6, 2});
+        ExpectSame(f({x}), fn({x}));
+      }
+    }
+    EXPECT_EQ(f.stats().compiles, 2);
+    EXPECT_EQ(f.stats().size_verifications, 4);
+    EXPECT_EQ(f.stats().eager_calls, 0);
+    EXPECT_EQ(f.stats().cache_hits, 6);
+    EXPECT_THAT(f.explain(), HasSubstr("[%arg0.size(0)*2, -1]"));
+    for (int64_t n : {7, 8, 9}) {
+      auto x = torch::randn({n, 6, 2});
+      ExpectSame(f({x}), fn({x}));
+    }
+    EXPECT_EQ(f.stats().eager_calls, 0);
+    EXPECT_GE(f.stats().compiles, 3);
+    EXPECT_THAT(f.recompiles().at(5).reasons.at(0), HasSubstr("arg0.size(0)=7 is read by C++ code and not yet verified"));
+  }
+}
+
+// C++ that reads strides (is_contiguous(), as nn::MultiheadAttention's contiguous() does) has the
+// strides of every argument verified with the sizes, per value: here the function branches on
+// the parity of a stride, so a width on the other side re-traces, sees the branch and recompiles,
+// and a transposed argument of a verified width (same sizes, other strides) is verified before
+// anything replays.
+TEST(Dynamic, StrideReadIsVerifiedPerValue) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    if (x.stride(0) % 2 == 0) return {x * 2};
+    return {x.exp() * 3};
+  };
+  for (const char* backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    warden::Options o = Mode(warden::Dynamic::kAuto);
+    o.backend = backend;
+    auto f = warden::compile(fn, o);
+    for (int64_t n : {4, 6, 8, 5, 7, 10, 5}) {
+      SCOPED_TRACE(n);
+      auto x = torch::randn({2, n});
+      ExpectSame(f({x}), fn({x}));
+    }
+    EXPECT_EQ(f.stats().eager_calls, 0);
+    EXPECT_EQ(f.stats().size_verifications, 2);  // widths 8 and 10
+    EXPECT_THAT(f.explain(), HasSubstr("sizes and strides read by C++, verified per value by re-tracing: "
+                                       "(arg0.size(1), arg0.stride(0), arg0.stride(1)) in {(6, 6, 1), (8, 8, 1), (10, 10, 1)}"));
+    auto t = torch::randn({8, 2}).t();  // sizes [2, 8] as verified, strides [1, 2]
+    ExpectSame(f({t}), fn({t}));
+    EXPECT_EQ(f.stats().eager_calls, 0);
+  }
+}
+
+// A size read that feeds a value computed from it that is not a multiple of it (x.size(0) + 1)
+// cannot be expressed: the dim stays static, each recompile says why, and the cache-limit warning
+// names the function by its default name and says what would have avoided it.
 TEST(Dynamic, DerivedSizeReadStaysStaticAndSaysWhy) {
   auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
     const at::Tensor& x = a[0].toTensor();
-    return {x.relu().reshape({x.size(0) * 2, -1})};
+    return {x.relu().reshape({x.size(0) + 1, -1})};
   };
   warden::Options o = Mode(warden::Dynamic::kAuto);
   o.name = warden::Options().name;  // the default name
@@ -303,7 +371,7 @@ TEST(Dynamic, DerivedSizeReadStaysStaticAndSaysWhy) {
   auto f = warden::compile(fn, o);
   testing::internal::CaptureStderr();
   for (int64_t n : {2, 3, 4, 5}) {
-    auto x = torch::randn({n, 2, 3});
+    auto x = torch::randn({n, n + 1});
     ExpectSame(f({x}), fn({x}));
   }
   const std::string err = testing::internal::GetCapturedStderr();
@@ -371,12 +439,12 @@ TEST(Dynamic, BranchOnAReadSizeIsSeenByVerification) {
 TEST(Dynamic, MarkDynamicThatCannotBeHonoredWarnsOnce) {
   auto derived = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
     const at::Tensor& x = a[0].toTensor();
-    return {x.reshape({x.size(0) * 3, -1})};
+    return {x.reshape({x.size(0) + 3, -1})};
   };
   auto f = warden::compile(derived, Mode(warden::Dynamic::kStatic, "reader"));
   f.mark_dynamic(0, 0);
   testing::internal::CaptureStderr();
-  for (int64_t n : {2, 3, 4, 5}) f({torch::randn({n, 3})});
+  for (int64_t n : {2, 3, 4, 5}) f({torch::randn({n, n + 3})});
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_THAT(err, HasSubstr("warden: function 'reader': mark_dynamic(0, 0) is not honored: arg0.size(0) stays static ("));
   EXPECT_EQ(err.find("mark_dynamic(0, 0)"), err.rfind("mark_dynamic(0, 0)")) << "warned twice: " << err;

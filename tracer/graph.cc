@@ -192,7 +192,7 @@ std::string ConstantWithSizes(const NodeArg& a, const std::vector<std::string>& 
   auto size_text = [&](const SizeRef& r) {
     const std::string name = r.arg >= 0 && r.arg < static_cast<int>(arg_names.size()) ? arg_names[r.arg]
                                                                                       : absl::StrCat("arg", r.arg);
-    return absl::StrCat("%", name, ".size(", r.dim, ")");
+    return absl::StrCat("%", name, ".size(", r.dim, ")", r.scale == 1 ? "" : absl::StrCat("*", r.scale));
   };
   if (!a.constant.isIntList()) return a.sizes_of.empty() ? IValueString(a.constant) : size_text(a.sizes_of[0]);
   const std::vector<int64_t> ints = a.constant.toIntVector();

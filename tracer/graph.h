@@ -65,14 +65,16 @@ struct Value {
   bool captured = false;
 };
 
-// An element of an int or int[] constant that is, at run time, the size of an argument's dim
-// (Note [Verified size reads] in runtime/verified_sizes.h): `view(%x, [arg0.size(0), -1])`.
+// An element of an int or int[] constant that is, at run time, the size of an argument's dim times
+// a constant (Note [Verified size reads] in runtime/verified_sizes.h): `view(%x, [arg0.size(0), -1])`,
+// or nn::MultiheadAttention's `view(%q, [seq, arg0.size(1)*4, 8])` (batch times heads).
 struct SizeRef {
   int elem = -1;  // index in the int[] (-1: the constant is a single int)
   int arg = -1;
   int dim = -1;
+  int64_t scale = 1;
   friend bool operator==(const SizeRef& a, const SizeRef& b) {
-    return a.elem == b.elem && a.arg == b.arg && a.dim == b.dim;
+    return a.elem == b.elem && a.arg == b.arg && a.dim == b.dim && a.scale == b.scale;
   }
 };
 

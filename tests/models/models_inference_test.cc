@@ -148,6 +148,8 @@ TEST_P(ModelsInference, ResNetServingManyBatchSizes) {
     EXPECT_EQ(s.cache_hits + s.compiles + s.eager_calls, s.calls);
     // conv, batch_norm, pooling, flatten and linear all keep the batch symbolic: one static
     // entry for batch 1 (sizes 0 and 1 always specialize) and one dynamic entry for the rest.
+    // SWEEP_EXPLAIN=1 in the test environment prints the function's explain() (for debugging).
+    if (std::getenv("SWEEP_EXPLAIN")) std::cerr << subject.explain() << std::endl;
     EXPECT_LE(s.compiles, 2) << subject.events();
     EXPECT_EQ(s.eager_calls, 0) << subject.events();
     EXPECT_EQ(s.cache_hits, 24 - s.compiles) << "every call after a size's first must hit";
@@ -180,6 +182,8 @@ void SweepBatches(const std::string& backend, const Tol& tol, std::function<at::
   testing::internal::GetCapturedStderr();
   if (subject.is_warden()) {
     const warden::Stats s = subject.stats();
+    // SWEEP_EXPLAIN=1 in the test environment prints the function's explain() (for debugging).
+    if (std::getenv("SWEEP_EXPLAIN")) std::cerr << subject.explain() << std::endl;
     EXPECT_LE(s.compiles, 2) << subject.events();
     EXPECT_EQ(s.eager_calls, 0) << subject.events();
     EXPECT_EQ(s.size_verifications, reads_sizes ? 12 - s.compiles : 0) << subject.events();
@@ -218,13 +222,20 @@ TEST_P(ModelsInference, VaeBatchSweepCompilesAtMostTwice) {
       [](models::Vae& m, const at::Tensor& x) { return std::get<0>(m->forward(x)); }, false);
 }
 
-// fastText averages embeddings over words: token inputs [batch, 6]. (The GRU tagger is not
-// here: its Embedding's max_norm makes LibTorch read the tokens' strides in C++, and a stride
-// read keeps every size of that tensor static.)
+// fastText averages embeddings over words: token inputs [batch, 6].
 TEST_P(ModelsInference, FastTextBatchSweep) {
   SweepBatches<models::FastText>(backend(), this->tol(twin::kForwardTol),
                                  [](int64_t b) { return torch::randint(20, {b, 6}, torch::kLong); },
                                  Forward<models::FastText>, false);
+}
+
+// The GRU tagger: its Embedding's max_norm makes LibTorch read the tokens' strides in C++ (and
+// renormalize the weight rows in place), nn::GRU reads the batch size: sizes and strides are
+// verified per batch size.
+TEST_P(ModelsInference, GruTaggerBatchSweepVerifiesSizesAndStrides) {
+  SweepBatches<models::GruTagger>(backend(), this->tol(twin::kForwardTol),
+                                  [](int64_t b) { return torch::randint(20, {b, 5}, torch::kLong); },
+                                  Forward<models::GruTagger>, true);
 }
 
 // The tutorial CNN flattens with view({x.size(0), -1}): C++ reads the batch size.
@@ -239,6 +250,19 @@ TEST_P(ModelsInference, LstmLmBatchSweepAtAFixedLengthVerifiesTheSizeItReads) {
   SweepBatches<models::LstmLm>(
       backend(), this->tol(twin::kForwardTol), [](int64_t b) { return torch::randint(40, {7, b}, torch::kLong); },
       [](models::LstmLm& m, const at::Tensor& tokens) { return std::get<0>(m->forward(tokens)); }, true, 40, 16, 24);
+}
+
+// A transformer LM whose masks are built from the tokens' sizes, as a serving loop does:
+// nn::MultiheadAttention views its projections as [seq, batch * heads, head_dim], a multiple of
+// the batch size C++ read, which verification expresses (the size times 4 at run time).
+TEST_P(ModelsInference, TransformerLmBatchSweepVerifiesBatchTimesHeads) {
+  SweepBatches<models::TransformerLm>(
+      backend(), this->tol(twin::kForwardTol), [](int64_t b) { return torch::randint(50, {6, b}, torch::kLong); },
+      [](models::TransformerLm& m, const at::Tensor& tokens) {
+        auto [causal, padding] = models::CausalMasks(tokens.size(0), tokens.size(1));
+        return m->forward(tokens, causal, padding);
+      },
+      true, 50, 32, 4, 2);
 }
 
 // A thread pool serving one compiled model: 4 threads, 15 requests each, batch 1..3; half of the
