@@ -34,6 +34,24 @@ void ExpectSame(const std::vector<at::Tensor>& got, const std::vector<at::Tensor
   }
 }
 
+warden::Options AutoOn(const char* backend) {
+  warden::Options o = Mode(warden::Dynamic::kAuto);
+  o.backend = backend;
+  return o;
+}
+
+// Calls `f` and `fn` on randn({n, rest...}) for n = 1..max_n, twice, expecting equal results.
+void SweepFirstDim(warden::CompiledFunction& f, const warden::Fn& fn, int64_t max_n, const std::vector<int64_t>& rest) {
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t n = 1; n <= max_n; ++n) {
+      std::vector<int64_t> sizes = {n};
+      sizes.insert(sizes.end(), rest.begin(), rest.end());
+      auto x = torch::randn(sizes);
+      ExpectSame(f({x}), fn({x}));
+    }
+  }
+}
+
 TEST(Dynamic, AutomaticDynamicAfterOneSizeChange) {
   auto f = warden::compile(AddMul, Mode(warden::Dynamic::kAuto));
   auto y = torch::randn({4});
@@ -240,15 +258,8 @@ TEST(Dynamic, SizeReadByUserCodeIsVerifiedNotRecompiled) {
   };
   for (const char* backend : {"aten", "cpp"}) {
     SCOPED_TRACE(backend);
-    warden::Options o = Mode(warden::Dynamic::kAuto);
-    o.backend = backend;
-    auto f = warden::compile(fn, o);
-    for (int round = 0; round < 2; ++round) {
-      for (int64_t n = 1; n <= 12; ++n) {
-        auto x = torch::randn({n, 2, 3});
-        ExpectSame(f({x}), fn({x}));
-      }
-    }
+    auto f = warden::compile(fn, AutoOn(backend));
+    SweepFirstDim(f, fn, 12, {2, 3});
     const warden::Stats s = f.stats();
     EXPECT_EQ(s.compiles, 2);
     EXPECT_EQ(s.size_verifications, 10);
@@ -302,15 +313,8 @@ TEST(Dynamic, MultipleOfAReadSizeIsVerified) {
   };
   for (const char* backend : {"aten", "cpp"}) {
     SCOPED_TRACE(backend);
-    warden::Options o = Mode(warden::Dynamic::kAuto);
-    o.backend = backend;
-    auto f = warden::compile(fn, o);
-    for (int round = 0; round < 2; ++round) {
-      for (int64_t n = 1; n <= 6; ++n) {
-        auto x = torch::randn({n, 6, 2});
-        ExpectSame(f({x}), fn({x}));
-      }
-    }
+    auto f = warden::compile(fn, AutoOn(backend));
+    SweepFirstDim(f, fn, 6, {6, 2});
     EXPECT_EQ(f.stats().compiles, 2);
     EXPECT_EQ(f.stats().size_verifications, 4);
     EXPECT_EQ(f.stats().eager_calls, 0);
@@ -339,9 +343,7 @@ TEST(Dynamic, StrideReadIsVerifiedPerValue) {
   };
   for (const char* backend : {"aten", "cpp"}) {
     SCOPED_TRACE(backend);
-    warden::Options o = Mode(warden::Dynamic::kAuto);
-    o.backend = backend;
-    auto f = warden::compile(fn, o);
+    auto f = warden::compile(fn, AutoOn(backend));
     for (int64_t n : {4, 6, 8, 5, 7, 10, 5}) {
       SCOPED_TRACE(n);
       auto x = torch::randn({2, n});
