@@ -2,12 +2,14 @@
 // under NoGradGuard, batch sizes 1..12 in order, twice (the second round is what a warm server
 // sees), eagerly and through Warden, per backend ("aten", "cpp") and dynamic mode (kAuto, kDynamic).
 // Reports compiles, size verifications (Note [Verified size reads]: sizes the model's C++ reads,
-// verified by a re-trace instead of recompiled), eager calls and hits, and the wall time of each
-// round against eager's. Every output is checked against eager (torch::allclose) as the sweep
+// verified by a re-trace instead of recompiled), eager calls and hits, the wall time of each
+// round against eager's, and minor page faults per call in the last round. Every output is checked against eager (torch::allclose) as the sweep
 // runs; exit code 1 on a mismatch.
 //
 //   bazel run -c opt //bench:models_sweep [-- --rounds=2 --max_batch=12 --events]
 // (--events prints each function's miss events: what compiled, verified or stayed static, and why)
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +78,13 @@ std::vector<Model> Models() {
   return out;
 }
 
+// Minor page faults of the process so far (memory the allocator took back from the OS).
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double Ms(Clock::time_point since) { return std::chrono::duration<double, std::milli>(Clock::now() - since).count(); }
 
 }  // namespace
@@ -104,8 +113,9 @@ int main(int argc, char** argv) {
   std::printf("models_sweep: %s; batch 1..%lld, %d rounds, eval mode under NoGradGuard, 1 intra-op thread\n",
               warden::tools::LibTorchDescription().c_str(), static_cast<long long>(max_batch), rounds);
   std::printf("| model | C++ reads | backend | mode | compiles | verifications | eager calls | hits | "
-              "round 1 ms (eager) | round %d ms (eager) | last round vs eager |\n", rounds);
-  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+              "round 1 ms (eager) | round %d ms (eager) | last round vs eager | minor faults per call, last round (eager) |\n",
+              rounds);
+  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   torch::NoGradGuard no_grad;
   for (const Model& m : Models()) {
@@ -114,13 +124,16 @@ int main(int argc, char** argv) {
     for (int64_t b = 1; b <= max_batch; ++b) inputs.push_back(m.input(b));
     std::vector<double> eager_ms(rounds);
     std::vector<at::Tensor> want;
+    double eager_faults = 0;
     for (int r = 0; r < rounds; ++r) {
       const auto start = Clock::now();
+      const long faults = MinorFaults();
       for (const at::Tensor& x : inputs) {
         at::Tensor y = m.forward(x);
         if (r == 0) want.push_back(y);
       }
       eager_ms[r] = Ms(start);
+      eager_faults = static_cast<double>(MinorFaults() - faults) / inputs.size();
     }
     for (const char* backend : {"aten", "cpp"}) {
       for (warden::Dynamic mode : {warden::Dynamic::kAuto, warden::Dynamic::kDynamic}) {
@@ -133,8 +146,10 @@ int main(int argc, char** argv) {
             [fn](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> { return {fn(a[0].toTensor())}; }, o);
         f.watch(*m.module, "model");
         std::vector<double> ms(rounds);
+        double faults_per_call = 0;
         for (int r = 0; r < rounds; ++r) {
           const auto start = Clock::now();
+          const long faults = MinorFaults();
           for (size_t i = 0; i < inputs.size(); ++i) {
             const at::Tensor got = f({inputs[i]})[0];
             if (!got.sizes().equals(want[i].sizes()) || !torch::allclose(got, want[i], 1e-4, 1e-5)) {
@@ -143,14 +158,15 @@ int main(int argc, char** argv) {
             }
           }
           ms[r] = Ms(start);
+          faults_per_call = static_cast<double>(MinorFaults() - faults) / inputs.size();
         }
         const warden::Stats s = f.stats();
-        std::printf("| %s | %s | %s | %s | %lld | %lld | %lld | %lld | %.1f (%.1f) | %.1f (%.1f) | %.2fx |\n",
+        std::printf("| %s | %s | %s | %s | %lld | %lld | %lld | %lld | %.1f (%.1f) | %.1f (%.1f) | %.2fx | %.0f (%.0f) |\n",
                     m.name.c_str(), m.reads.empty() ? "-" : m.reads.c_str(), backend,
                     mode == warden::Dynamic::kAuto ? "kAuto" : "kDynamic", static_cast<long long>(s.compiles),
                     static_cast<long long>(s.size_verifications), static_cast<long long>(s.eager_calls),
                     static_cast<long long>(s.cache_hits), ms[0], eager_ms[0], ms[rounds - 1], eager_ms[rounds - 1],
-                    eager_ms[rounds - 1] / ms[rounds - 1]);
+                    eager_ms[rounds - 1] / ms[rounds - 1], faults_per_call, eager_faults);
         if (events) {
           for (const warden::RecompileEvent& e : f.recompiles()) {
             std::printf("    call %lld: %s\n", static_cast<long long>(e.call_index), e.action.c_str());

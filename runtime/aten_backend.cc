@@ -69,37 +69,14 @@ class ReplayArtifact final : public Artifact {
   }
 
  private:
-  // Note [Release after last use]
-  // Eager drops an intermediate when its last C++ handle goes out of scope, so a chain of ops
-  // reuses a few hot blocks of the allocator; holding every intermediate until the end of the run
-  // makes each op write a new, cold block (a 10-op chain on 1M floats replayed ~1.6x slower than
-  // eager, while at 16M floats, where nothing fits in cache either way, it did not). So each slot
-  // that is neither an argument nor an output is cleared after the last step that reads or writes
-  // it. Dropping a slot only drops a reference: views and in-place results that share its storage
-  // keep it alive through their own slots.
+  // Note [Release after last use] in runtime/codegen_replay.h.
   void PlanReleases() {
-    std::vector<int> last(num_slots_, -1);
-    std::vector<bool> keep(num_slots_, false);
-    for (const auto& [arg, slot] : inputs_) keep[slot] = true;
-    for (const Output& o : outputs_) {
-      if (o.slot >= 0) keep[o.slot] = true;
-    }
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      auto use = [&](int slot) {
-        if (slot >= 0) last[slot] = static_cast<int>(i);
-      };
-      for (const codegen::OpStepArg& a : steps_[i].args) {
-        use(a.slot);
-        for (int slot : a.slots) use(slot);
-      }
-      for (const codegen::OpStepReturn& r : steps_[i].returns) {
-        for (int slot : r.slots) use(slot);
-      }
-    }
-    releases_.assign(steps_.size(), {});
-    for (int slot = 0; slot < num_slots_; ++slot) {
-      if (!keep[slot] && last[slot] >= 0) releases_[last[slot]].push_back(slot);
-    }
+    std::vector<std::vector<int>> uses(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) codegen::AddSlotsOf(steps_[i], &uses[i]);
+    std::vector<int> keep;
+    for (const auto& [arg, slot] : inputs_) keep.push_back(slot);
+    for (const Output& o : outputs_) keep.push_back(o.slot);
+    releases_ = codegen::PlanReleases(num_slots_, uses, keep);
   }
 
   struct Output {

@@ -210,4 +210,35 @@ RunScratch::~RunScratch() {
   buffers_->busy = false;
 }
 
+void AddSlotsOf(const OpStep& s, std::vector<int>* slots) {
+  for (const OpStepArg& a : s.args) {
+    if (a.slot >= 0) slots->push_back(a.slot);
+    for (int slot : a.slots) {
+      if (slot >= 0) slots->push_back(slot);
+    }
+    for (const OpStepArg::RunTimeSize& r : a.sizes) slots->push_back(r.slot);
+  }
+  for (const OpStepReturn& r : s.returns) {
+    for (int slot : r.slots) {
+      if (slot >= 0) slots->push_back(slot);
+    }
+  }
+}
+
+std::vector<std::vector<int>> PlanReleases(int num_slots, const std::vector<std::vector<int>>& uses,
+                                           const std::vector<int>& keep) {
+  std::vector<int> last(num_slots, -1);
+  for (size_t i = 0; i < uses.size(); ++i) {
+    for (int slot : uses[i]) last[slot] = static_cast<int>(i);
+  }
+  for (int slot : keep) {
+    if (slot >= 0) last[slot] = -1;
+  }
+  std::vector<std::vector<int>> releases(uses.size());
+  for (int slot = 0; slot < num_slots; ++slot) {
+    if (last[slot] >= 0) releases[last[slot]].push_back(slot);
+  }
+  return releases;
+}
+
 }  // namespace warden::codegen

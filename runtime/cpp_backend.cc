@@ -160,6 +160,24 @@ class CppArtifact final : public CodegenArtifact {
         outputs_.push_back({slots.Slot(id), at::Tensor()});
       }
     }
+    // Note [Release after last use] in runtime/codegen_replay.h. A kernel step uses its inputs and
+    // outputs, and everything the ops of its region use (its fallback runs them).
+    std::vector<std::vector<int>> uses(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      if (!steps_[i].kernel) {
+        codegen::AddSlotsOf(ops_[steps_[i].index], &uses[i]);
+        continue;
+      }
+      const KernelStep& k = kernels_[steps_[i].index];
+      for (const KernelInput& in : k.inputs) uses[i].push_back(in.slot);
+      for (int slot : k.output_slots) uses[i].push_back(slot);
+      for (int op = k.first_op; op < k.end_op; ++op) codegen::AddSlotsOf(ops_[op], &uses[i]);
+      uses[i].erase(std::remove(uses[i].begin(), uses[i].end(), -1), uses[i].end());
+    }
+    std::vector<int> keep;
+    for (const auto& [arg, slot] : inputs_) keep.push_back(slot);
+    for (const auto& [slot, constant] : outputs_) keep.push_back(slot);
+    releases_ = codegen::PlanReleases(num_slots_, uses, keep);
   }
 
   const std::string& source() const override { return plan_.source; }
@@ -181,17 +199,18 @@ class CppArtifact final : public CodegenArtifact {
     codegen::RunScratch scratch(num_slots_);
     std::vector<c10::IValue>& slots = scratch.slots();
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
-    for (const Step& s : steps_) {
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
       if (!s.kernel) {
         if (!codegen::RunOpStep(ops_[s.index], slots, scratch.stack(), value_guard_failure)) return false;
-        continue;
+      } else if (!RunKernel(kernels_[s.index], slots)) {
+        const KernelStep& k = kernels_[s.index];
+        region_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        for (int op = k.first_op; op < k.end_op; ++op) {
+          if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
+        }
       }
-      const KernelStep& k = kernels_[s.index];
-      if (RunKernel(k, slots)) continue;
-      region_fallbacks.fetch_add(1, std::memory_order_relaxed);
-      for (int op = k.first_op; op < k.end_op; ++op) {
-        if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
-      }
+      for (int slot : releases_[i]) slots[slot] = c10::IValue();
     }
     outputs->clear();
     outputs->reserve(outputs_.size());
@@ -206,6 +225,7 @@ class CppArtifact final : public CodegenArtifact {
     bool kernel;
     int index;  // into kernels_ or ops_
   };
+  std::vector<std::vector<int>> releases_;  // per step: slots cleared after it
 
   // The region shape and kernel params of a symbolic region's run-time inputs, or false (Note
   // [Region run-time check]).
