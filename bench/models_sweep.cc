@@ -6,7 +6,7 @@
 // round against eager's, and minor page faults per call in the last round. Every output is checked against eager (torch::allclose) as the sweep
 // runs; exit code 1 on a mismatch.
 //
-//   bazel run -c opt //bench:models_sweep [-- --rounds=2 --max_batch=12 --events]
+//   bazel run -c opt //bench:models_sweep [-- --rounds=2 --max_batch=12 --events --model=MLP]
 // (--events prints each function's miss events: what compiled, verified or stayed static, and why)
 #include <sys/resource.h>
 
@@ -93,15 +93,18 @@ int main(int argc, char** argv) {
   int rounds = 2;
   int64_t max_batch = 12;
   bool events = false;
+  std::string only;  // --model=: only models whose name contains it
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
       rounds = std::atoi(argv[i] + 9);
     } else if (std::strcmp(argv[i], "--events") == 0) {
       events = true;
+    } else if (std::strncmp(argv[i], "--model=", 8) == 0) {
+      only = argv[i] + 8;
     } else if (std::strncmp(argv[i], "--max_batch=", 12) == 0) {
       max_batch = std::atoll(argv[i] + 12);
     } else {
-      std::fprintf(stderr, "unknown flag %s (supported: --rounds=N --max_batch=N --events)\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s (supported: --rounds=N --max_batch=N --events --model=NAME)\n", argv[i]);
       return 2;
     }
   }
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   torch::NoGradGuard no_grad;
   for (const Model& m : Models()) {
+    if (!only.empty() && m.name.find(only) == std::string::npos) continue;
     // Inputs fixed up front, so every configuration sees the same calls.
     std::vector<at::Tensor> inputs;
     for (int64_t b = 1; b <= max_batch; ++b) inputs.push_back(m.input(b));
@@ -128,11 +132,12 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
       const auto start = Clock::now();
       const long faults = MinorFaults();
-      for (const at::Tensor& x : inputs) {
-        at::Tensor y = m.forward(x);
-        if (r == 0) want.push_back(y);
-      }
+      // Both sides keep a round's outputs until it ends (the same allocator traffic) and are
+      // checked after the clock stops.
+      std::vector<at::Tensor> outs(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) outs[i] = m.forward(inputs[i]);
       eager_ms[r] = Ms(start);
+      if (r == 0) want = outs;
       eager_faults = static_cast<double>(MinorFaults() - faults) / inputs.size();
     }
     for (const char* backend : {"aten", "cpp"}) {
@@ -150,18 +155,19 @@ int main(int argc, char** argv) {
         for (int r = 0; r < rounds; ++r) {
           const auto start = Clock::now();
           const long faults = MinorFaults();
+          std::vector<at::Tensor> outs(inputs.size());
+          for (size_t i = 0; i < inputs.size(); ++i) outs[i] = f({inputs[i]})[0];
+          ms[r] = Ms(start);
+          faults_per_call = static_cast<double>(MinorFaults() - faults) / inputs.size();
           for (size_t i = 0; i < inputs.size(); ++i) {
-            const at::Tensor got = f({inputs[i]})[0];
-            if (!got.sizes().equals(want[i].sizes()) || !torch::allclose(got, want[i], 1e-4, 1e-5)) {
+            if (!outs[i].sizes().equals(want[i].sizes()) || !torch::allclose(outs[i], want[i], 1e-4, 1e-5)) {
               std::printf("MISMATCH %s %s batch %zu\n", m.name.c_str(), backend, i + 1);
               ok = false;
             }
           }
-          ms[r] = Ms(start);
-          faults_per_call = static_cast<double>(MinorFaults() - faults) / inputs.size();
         }
         const warden::Stats s = f.stats();
-        std::printf("| %s | %s | %s | %s | %lld | %lld | %lld | %lld | %.1f (%.1f) | %.1f (%.1f) | %.2fx | %.0f (%.0f) |\n",
+        std::printf("| %s | %s | %s | %s | %lld | %lld | %lld | %lld | %.2f (%.2f) | %.2f (%.2f) | %.2fx | %.0f (%.0f) |\n",
                     m.name.c_str(), m.reads.empty() ? "-" : m.reads.c_str(), backend,
                     mode == warden::Dynamic::kAuto ? "kAuto" : "kDynamic", static_cast<long long>(s.compiles),
                     static_cast<long long>(s.size_verifications), static_cast<long long>(s.eager_calls),
