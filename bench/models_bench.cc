@@ -47,31 +47,25 @@ struct Workload {
   std::shared_ptr<torch::nn::Module> module;   // watched (its train/eval flag is C++ state)
 };
 
-template <typename Holder>
-Holder Eval(Holder m) {
-  m->eval();
-  return m;
-}
-
 std::vector<Workload> Workloads() {
   torch::manual_seed(0);
   std::vector<Workload> out;
   for (int64_t b : {int64_t{1}, int64_t{8}}) {
-    auto mlp = Eval(models::Mlp(12, 16, 4, true));
+    auto mlp = models::Eval(models::Mlp(12, 16, 4, true));
     out.push_back({"MLP+BN", b, [mlp](const Args& a) mutable -> Outputs { return {mlp->forward(a[0].toTensor())}; },
                    {torch::randn({b, 12})}, mlp.ptr()});
-    auto cnn = Eval(models::ConvNet());
+    auto cnn = models::Eval(models::ConvNet());
     out.push_back({"CNN", b, [cnn](const Args& a) mutable -> Outputs { return {cnn->forward(a[0].toTensor())}; },
                    {torch::randn({b, 1, 16, 16})}, cnn.ptr()});
-    auto resnet = Eval(models::ResNet(10));
+    auto resnet = models::Eval(models::ResNet(10));
     out.push_back({"ResNet", b,
                    [resnet](const Args& a) mutable -> Outputs { return {resnet->forward(a[0].toTensor())}; },
                    {torch::randn({b, 1, 16, 16})}, resnet.ptr()});
-    auto lstm = Eval(models::LstmLm(40, 16, 24));
+    auto lstm = models::Eval(models::LstmLm(40, 16, 24));
     out.push_back({"LSTM-LM-seq7", b,
                    [lstm](const Args& a) mutable -> Outputs { return {std::get<0>(lstm->forward(a[0].toTensor()))}; },
                    {torch::randint(40, {7, b}, torch::kLong)}, lstm.ptr()});
-    auto step = Eval(models::LstmLm(40, 16, 24));
+    auto step = models::Eval(models::LstmLm(40, 16, 24));
     out.push_back({"LSTM-LM-step", b,
                    [step](const Args& a) mutable -> Outputs {
                      auto [logits, h, c] = step->forward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
@@ -79,13 +73,13 @@ std::vector<Workload> Workloads() {
                    },
                    {torch::randint(40, {1, b}, torch::kLong), torch::zeros({2, b, 24}), torch::zeros({2, b, 24})},
                    step.ptr()});
-    auto vae = Eval(models::Vae());
+    auto vae = models::Eval(models::Vae());
     out.push_back({"VAE", b, [vae](const Args& a) mutable -> Outputs { return {std::get<0>(vae->forward(a[0].toTensor()))}; },
                    {torch::rand({b, 1, 16, 16})}, vae.ptr()});
-    auto gen = Eval(models::DcganGenerator());
+    auto gen = models::Eval(models::DcganGenerator());
     out.push_back({"DCGAN-G", b, [gen](const Args& a) mutable -> Outputs { return {gen->forward(a[0].toTensor())}; },
                    {torch::randn({b, 16, 1, 1})}, gen.ptr()});
-    auto lm = Eval(models::TransformerLm(50, 32, 4, 2));
+    auto lm = models::Eval(models::TransformerLm(50, 32, 4, 2));
     out.push_back({"Transformer-LM", b,
                    [lm](const Args& a) mutable -> Outputs {
                      const at::Tensor& t = a[0].toTensor();

@@ -36,43 +36,37 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;  // watched: its eval() flag is C++ state
 };
 
-template <typename Holder>
-Holder Eval(Holder m) {
-  m->eval();
-  return m;
-}
-
 std::vector<Model> Models() {
   torch::manual_seed(0);
   std::vector<Model> out;
-  auto mlp = Eval(models::Mlp(12, 16, 4, true));
+  auto mlp = models::Eval(models::Mlp(12, 16, 4, true));
   out.push_back({"MLP + BatchNorm1d", "", [mlp](const at::Tensor& x) mutable { return mlp->forward(x); },
                  [](int64_t b) { return torch::randn({b, 12}); }, mlp.ptr()});
-  auto cnn = Eval(models::ConvNet());
+  auto cnn = models::Eval(models::ConvNet());
   out.push_back({"CNN (MNIST style)", "view({x.size(0), -1})", [cnn](const at::Tensor& x) mutable { return cnn->forward(x); },
                  [](int64_t b) { return torch::randn({b, 1, 16, 16}); }, cnn.ptr()});
-  auto resnet = Eval(models::ResNet(10));
+  auto resnet = models::Eval(models::ResNet(10));
   out.push_back({"ResNet (2 blocks)", "", [resnet](const at::Tensor& x) mutable { return resnet->forward(x); },
                  [](int64_t b) { return torch::randn({b, 1, 16, 16}); }, resnet.ptr()});
-  auto lstm = Eval(models::LstmLm(40, 16, 24));
+  auto lstm = models::Eval(models::LstmLm(40, 16, 24));
   out.push_back({"LSTM LM (2 layers, seq 7)", "nn::LSTM: input.size(1)",
                  [lstm](const at::Tensor& t) mutable { return std::get<0>(lstm->forward(t)); },
                  [](int64_t b) { return torch::randint(40, {7, b}, torch::kLong); }, lstm.ptr()});
-  auto transformer = Eval(models::TransformerLm(50, 32, 4, 2));
+  auto transformer = models::Eval(models::TransformerLm(50, 32, 4, 2));
   out.push_back({"Transformer LM (2 layers, 4 heads, seq 6)", "nn::MultiheadAttention: batch*heads",
                  [transformer](const at::Tensor& t) mutable {
                    auto [causal, padding] = models::CausalMasks(t.size(0), t.size(1));
                    return transformer->forward(t, causal, padding);
                  },
                  [](int64_t b) { return torch::randint(50, {6, b}, torch::kLong); }, transformer.ptr()});
-  auto gru = Eval(models::GruTagger());
+  auto gru = models::Eval(models::GruTagger());
   out.push_back({"GRU tagger (Embedding max_norm, 2-layer biGRU, seq 5)", "strides (max_norm), nn::GRU: batch",
                  [gru](const at::Tensor& t) mutable { return gru->forward(t); },
                  [](int64_t b) { return torch::randint(20, {b, 5}, torch::kLong); }, gru.ptr()});
-  auto vae = Eval(models::Vae());
+  auto vae = models::Eval(models::Vae());
   out.push_back({"VAE", "", [vae](const at::Tensor& x) mutable { return std::get<0>(vae->forward(x)); },
                  [](int64_t b) { return torch::rand({b, 1, 16, 16}); }, vae.ptr()});
-  auto gen = Eval(models::DcganGenerator());
+  auto gen = models::Eval(models::DcganGenerator());
   out.push_back({"DCGAN generator", "", [gen](const at::Tensor& z) mutable { return gen->forward(z); },
                  [](int64_t b) { return torch::randn({b, 16, 1, 1}); }, gen.ptr()});
   return out;

@@ -307,6 +307,13 @@ struct TransformerLmImpl : nn::Module {
 };
 TORCH_MODULE(TransformerLm);
 
+// A model holder switched to eval mode (for serving-style callers).
+template <typename Holder>
+Holder Eval(Holder m) {
+  m->eval();
+  return m;
+}
+
 // The masks of a causal LM over `seq` tokens, the last `padded` positions of batch element 0
 // padding.
 inline std::pair<torch::Tensor, torch::Tensor> CausalMasks(int64_t seq, int64_t batch, int64_t padded = 1) {
