@@ -88,11 +88,24 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
     }
     s.returns.push_back(std::move(sr));
   }
+  SetUnboxed(&s);
   return s;
 }
 
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure) {
+  if (s.unboxed != nullptr) {  // Note [Unboxed replay]
+    at::Tensor out;
+    if (s.mode) {
+      tracer::ScopedThreadMode mode(*s.mode);
+      out = s.unboxed(s, slots);
+    } else {
+      out = s.unboxed(s, slots);
+    }
+    CountUnboxedCall();
+    slots[s.returns[0].slots[0]] = std::move(out);
+    return true;
+  }
   stack.clear();
   stack.reserve(s.args.size());
   for (const OpStepArg& a : s.args) {

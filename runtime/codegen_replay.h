@@ -50,6 +50,7 @@ struct OpStepArg {
   int slot = -1;
   std::vector<int> slots;                   // -1: None or a constant entry of list_constants
   std::vector<c10::IValue> list_constants;  // list entries that are constants
+  std::vector<int64_t> ints;                // an int[] constant, converted once (unboxed steps)
 };
 
 struct OpStepReturn {
@@ -59,7 +60,11 @@ struct OpStepReturn {
   bool captured = false;  // kScalar: no guard, the value goes to its slot (tracer::Value::captured)
 };
 
-// One node as a boxed call.
+struct OpStep;
+// Note [Unboxed replay] (runtime/replay_unboxed.cc): a step that calls its op's ATen function.
+using UnboxedFn = at::Tensor (*)(const OpStep& step, const std::vector<c10::IValue>& slots);
+
+// One node as a boxed call (or an unboxed one, Note [Unboxed replay]).
 struct OpStep {
   c10::OperatorHandle op;
   std::string name;
@@ -69,7 +74,15 @@ struct OpStep {
   bool check_shapes = false;  // data-dependent output shape: value-guard the traced sizes
   std::vector<std::vector<int64_t>> traced_shapes;
   std::optional<tracer::ThreadMode> mode;  // Note [Thread modes]: the state the call runs under
+  UnboxedFn unboxed = nullptr;              // set when the op has an exact unboxed match
 };
+
+// Sets step->unboxed (and the converted int[] constants it reads) when the step is an exact match
+// of Note [Unboxed replay]; leaves it null otherwise.
+void SetUnboxed(OpStep* step);
+// Unboxed calls made by this thread so far (tests).
+int64_t UnboxedCallsOnThisThread();
+void CountUnboxedCall();
 
 // Requires n.handle (backends reject graphs with handle-less nodes before building steps).
 OpStep MakeOpStep(const tracer::Graph& graph, const tracer::Node& n, SlotMap& slots);

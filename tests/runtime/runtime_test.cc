@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_join.h"
 #include "runtime/backend.h"
+#include "runtime/codegen_replay.h"
 #include "runtime/logging.h"
 #include "runtime/warden.h"
 
@@ -589,6 +590,66 @@ TEST(CompiledFunction, ResetDropsEntriesAndEvents) {
   EXPECT_THAT(f.guards(0), ::testing::Contains(HasSubstr("arg0.size(0) == 3")));
   f({torch::randn({3, 4}), y});
   EXPECT_EQ(user_calls, 3) << "hit after reset";
+}
+
+
+// Note [Unboxed replay]: the ops real models spend their calls in replay through their ATen
+// functions, not boxed. Every op below is in the unboxed table (one call each per hit on backend
+// aten: the count equals the graph's nodes), and results and gradients equal eager's, with grad
+// mode on and off, on both backends, including a view whose size is read at run time.
+TEST(UnboxedReplay, TableOpsReplayUnboxedAndMatchEager) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor& img = a[0].toTensor();  // [n, 2, 8, 8]
+    const at::Tensor& w = a[1].toTensor();    // [3, 2, 3, 3]
+    const at::Tensor& tokens = a[2].toTensor();
+    at::Tensor x = at::conv2d(img, w, {}, {1, 1}, {1, 1}, {1, 1}, 1);
+    x = at::batch_norm(x, {}, {}, at::zeros({3}), at::ones({3}), false, 0.1, 1e-5, false);
+    x = at::max_pool2d(at::relu(x), {2, 2}, {2, 2}, {0, 0}, {1, 1}, false);
+    x = at::conv_transpose2d(x, w, {}, {2, 2}, {0, 0}, {1, 1}, 1, {1, 1});
+    x = at::adaptive_avg_pool2d(at::leaky_relu(x, 0.1), {4, 4});
+    at::Tensor flat = at::flatten(x, 1);                  // [n, 32]
+    at::Tensor v = x.view({x.size(0), -1});               // the same, through a read size
+    at::Tensor h = at::linear(flat, w.reshape({6, 9}).repeat({1, 4}).narrow(1, 0, 32), {});
+    h = at::addmm(at::sigmoid(h), at::tanh(h), at::t(at::mm(at::t(h), h)), 0.5, 2);
+    h = at::layer_norm(at::gelu(h, "tanh"), {6}, {}, {}, 1e-5, true);
+    at::Tensor e = at::embedding(at::exp(h).t().contiguous().view({-1}).narrow(0, 0, 8).view({2, 4}), tokens, -1,
+                                 false, false);
+    at::Tensor att = at::softmax(at::bmm(e, at::transpose(e, 1, 2)), -1, c10::nullopt);
+    at::Tensor out = at::matmul(att, e);
+    out = at::dropout(at::log_softmax(out, 1, c10::nullopt), 0.5, false);
+    return {at::div(at::mul(at::sub(flat, v, 1), 3.0), at::add(flat * flat, v, 2) + 1), h, out};
+  };
+  for (const bool grad : {false, true}) {
+    for (const char* backend : {"aten", "cpp"}) {
+      SCOPED_TRACE(std::string(backend) + (grad ? ", grad" : ", no grad"));
+      c10::AutoGradMode mode(grad);
+      Options o;
+      o.backend = backend;
+      o.dynamic = Dynamic::kAuto;
+      CompiledFunction f = compile(fn, o);
+      for (int64_t n : {2, 3, 3, 4}) {
+        const at::Tensor img = torch::randn({n, 2, 8, 8}), w = torch::randn({3, 2, 3, 3}).requires_grad_(grad);
+        const at::Tensor tokens = torch::randint(2, {3, 5}, torch::kLong);
+        const int64_t before = codegen::UnboxedCallsOnThisThread();
+        const std::vector<at::Tensor> got = f({img, w, tokens});
+        const int64_t unboxed = codegen::UnboxedCallsOnThisThread() - before;
+        const std::vector<at::Tensor> want = fn({img, w, tokens});
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-4, 1e-5)) << i;
+          EXPECT_EQ(got[i].requires_grad(), want[i].requires_grad()) << i;
+        }
+        if (grad) {
+          const at::Tensor gw = torch::autograd::grad({got[1].sum() + got[2].sum()}, {w})[0];
+          const at::Tensor ew = torch::autograd::grad({want[1].sum() + want[2].sum()}, {w})[0];
+          EXPECT_TRUE(torch::allclose(gw, ew, 1e-3, 1e-4));
+        }
+        if (std::string(backend) == "aten" && f.stats().cache_hits > 0 && n == 3) {
+          EXPECT_GE(unboxed, 25) << "most of the graph's ops ran unboxed";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
