@@ -13,8 +13,6 @@
 // machine; each pair has its own eager time) and prints a Markdown table of ratios (> 1: Warden
 // faster) with the geometric mean and the lowest ratio per batch and backend.
 // Defaults added when not given: --benchmark_min_time=0.2; LibTorch's intra-op threads = 1.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "bench/reporting.h"
+#include "bench/workloads.h"
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tools/libtorch_info.h"
@@ -91,12 +90,6 @@ std::vector<Workload> Workloads() {
   return out;
 }
 
-long MinorFaults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
 bool Close(const Outputs& got, const Outputs& want) {
   if (got.size() != want.size()) return false;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -120,13 +113,13 @@ warden::CompiledFunction Compile(const Workload& w, const std::string& backend) 
 
 void RunEager(benchmark::State& state, const Workload& w) {
   torch::NoGradGuard no_grad;
-  const long faults = MinorFaults();
+  const long faults = warden::bench::MinorFaults();
   for (auto _ : state) {
     Outputs out = w.fn(w.args);
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["faults_per_call"] =
-      benchmark::Counter(static_cast<double>(MinorFaults() - faults) / state.iterations());
+      benchmark::Counter(static_cast<double>(warden::bench::MinorFaults() - faults) / state.iterations());
 }
 
 void RunWarden(benchmark::State& state, const Workload& w, const std::string& backend) {
@@ -138,13 +131,13 @@ void RunWarden(benchmark::State& state, const Workload& w, const std::string& ba
     return;
   }
   const int64_t hits = f.stats().cache_hits;
-  const long faults = MinorFaults();
+  const long faults = warden::bench::MinorFaults();
   for (auto _ : state) {
     Outputs out = f(w.args);
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["faults_per_call"] =
-      benchmark::Counter(static_cast<double>(MinorFaults() - faults) / state.iterations());
+      benchmark::Counter(static_cast<double>(warden::bench::MinorFaults() - faults) / state.iterations());
   if (f.stats().cache_hits - hits != static_cast<int64_t>(state.iterations())) {
     state.SkipWithError("a timed call was not a cache hit");
   }

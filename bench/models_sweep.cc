@@ -8,8 +8,6 @@
 //
 //   bazel run -c opt //bench:models_sweep [-- --rounds=2 --max_batch=12 --events --model=MLP]
 // (--events prints each function's miss events: what compiled, verified or stayed static, and why)
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include "bench/workloads.h"
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tools/libtorch_info.h"
@@ -72,13 +71,6 @@ std::vector<Model> Models() {
   return out;
 }
 
-// Minor page faults of the process so far (memory the allocator took back from the OS).
-long MinorFaults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
 double Ms(Clock::time_point since) { return std::chrono::duration<double, std::milli>(Clock::now() - since).count(); }
 
 }  // namespace
@@ -125,14 +117,14 @@ int main(int argc, char** argv) {
     double eager_faults = 0;
     for (int r = 0; r < rounds; ++r) {
       const auto start = Clock::now();
-      const long faults = MinorFaults();
+      const long faults = warden::bench::MinorFaults();
       // Both sides keep a round's outputs until it ends (the same allocator traffic) and are
       // checked after the clock stops.
       std::vector<at::Tensor> outs(inputs.size());
       for (size_t i = 0; i < inputs.size(); ++i) outs[i] = m.forward(inputs[i]);
       eager_ms[r] = Ms(start);
       if (r == 0) want = outs;
-      eager_faults = static_cast<double>(MinorFaults() - faults) / inputs.size();
+      eager_faults = static_cast<double>(warden::bench::MinorFaults() - faults) / inputs.size();
     }
     for (const char* backend : {"aten", "cpp"}) {
       for (warden::Dynamic mode : {warden::Dynamic::kAuto, warden::Dynamic::kDynamic}) {
@@ -148,11 +140,11 @@ int main(int argc, char** argv) {
         double faults_per_call = 0;
         for (int r = 0; r < rounds; ++r) {
           const auto start = Clock::now();
-          const long faults = MinorFaults();
+          const long faults = warden::bench::MinorFaults();
           std::vector<at::Tensor> outs(inputs.size());
           for (size_t i = 0; i < inputs.size(); ++i) outs[i] = f({inputs[i]})[0];
           ms[r] = Ms(start);
-          faults_per_call = static_cast<double>(MinorFaults() - faults) / inputs.size();
+          faults_per_call = static_cast<double>(warden::bench::MinorFaults() - faults) / inputs.size();
           for (size_t i = 0; i < inputs.size(); ++i) {
             if (!outs[i].sizes().equals(want[i].sizes()) || !torch::allclose(outs[i], want[i], 1e-4, 1e-5)) {
               std::printf("MISMATCH %s %s batch %zu\n", m.name.c_str(), backend, i + 1);

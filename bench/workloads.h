@@ -4,6 +4,8 @@
 #ifndef WARDEN_BENCH_WORKLOADS_H_
 #define WARDEN_BENCH_WORKLOADS_H_
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +25,13 @@ inline Options StaticAten(const std::string& name) {
   o.backend = "aten";
   o.dynamic = Dynamic::kStatic;
   return o;
+}
+
+// Minor page faults of the process so far (memory the allocator took back from the OS).
+inline long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 // Median of a copy (the caller keeps its order). Empty input gives 0.

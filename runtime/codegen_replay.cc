@@ -42,6 +42,7 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
       case NodeArg::Kind::kConstant:
         a.kind = na.sizes_of.empty() ? OpStepArg::Kind::kConstant : OpStepArg::Kind::kRunTimeSizes;
         a.constant = na.constant;
+        if (a.constant.isIntList()) a.ints = a.constant.toIntVector();
         for (const tracer::SizeRef& r : na.sizes_of) a.sizes.push_back({r.elem, slots.Slot(g.arg_values.at(r.arg)), r.dim, r.scale});
         break;
       case NodeArg::Kind::kValue:
@@ -118,8 +119,8 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
           stack.emplace_back(slots[a.sizes[0].slot].toTensor().size(a.sizes[0].dim) * a.sizes[0].scale);
           break;
         }
-        std::vector<int64_t> ints = a.constant.toIntVector();
-        for (const OpStepArg::RunTimeSize& r : a.sizes) ints[r.elem] = slots[r.slot].toTensor().size(r.dim) * r.scale;
+        std::vector<int64_t> ints = a.ints;
+        PatchRunTimeSizes(a, slots, ints.data());
         stack.emplace_back(std::move(ints));
         break;
       }
@@ -223,26 +224,26 @@ RunScratch::~RunScratch() {
   buffers_->busy = false;
 }
 
+void PatchRunTimeSizes(const OpStepArg& a, const std::vector<c10::IValue>& slots, int64_t* ints) {
+  for (const OpStepArg::RunTimeSize& r : a.sizes) ints[r.elem] = slots[r.slot].toTensor().size(r.dim) * r.scale;
+}
+
 void AddSlotsOf(const OpStep& s, std::vector<int>* slots) {
   for (const OpStepArg& a : s.args) {
-    if (a.slot >= 0) slots->push_back(a.slot);
-    for (int slot : a.slots) {
-      if (slot >= 0) slots->push_back(slot);
-    }
+    slots->push_back(a.slot);
+    slots->insert(slots->end(), a.slots.begin(), a.slots.end());
     for (const OpStepArg::RunTimeSize& r : a.sizes) slots->push_back(r.slot);
   }
-  for (const OpStepReturn& r : s.returns) {
-    for (int slot : r.slots) {
-      if (slot >= 0) slots->push_back(slot);
-    }
-  }
+  for (const OpStepReturn& r : s.returns) slots->insert(slots->end(), r.slots.begin(), r.slots.end());
 }
 
 std::vector<std::vector<int>> PlanReleases(int num_slots, const std::vector<std::vector<int>>& uses,
                                            const std::vector<int>& keep) {
   std::vector<int> last(num_slots, -1);
   for (size_t i = 0; i < uses.size(); ++i) {
-    for (int slot : uses[i]) last[slot] = static_cast<int>(i);
+    for (int slot : uses[i]) {
+      if (slot >= 0) last[slot] = static_cast<int>(i);
+    }
   }
   for (int slot : keep) {
     if (slot >= 0) last[slot] = -1;

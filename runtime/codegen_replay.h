@@ -50,8 +50,12 @@ struct OpStepArg {
   int slot = -1;
   std::vector<int> slots;                   // -1: None or a constant entry of list_constants
   std::vector<c10::IValue> list_constants;  // list entries that are constants
-  std::vector<int64_t> ints;                // an int[] constant, converted once (unboxed steps)
+  std::vector<int64_t> ints;                // an int[] constant, converted once
 };
+
+// kRunTimeSizes of an int[]: writes this run's sizes (times their scale) into `ints`, a copy of
+// `a.ints`.
+void PatchRunTimeSizes(const OpStepArg& a, const std::vector<c10::IValue>& slots, int64_t* ints);
 
 struct OpStepReturn {
   tracer::NodeReturn::Kind kind;
@@ -101,10 +105,10 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
 // cleared after the last step that reads or writes it. Dropping a slot only drops a reference:
 // views and in-place results that share its storage keep it alive through their own slots.
 //
-// The slots an op step reads or writes.
+// The slots an op step reads or writes (-1 for its constants).
 void AddSlotsOf(const OpStep& s, std::vector<int>* slots);
 // Per step, the slots to clear after it: `uses[i]` are the slots step i reads or writes, `keep`
-// the slots that outlive the run (arguments, outputs).
+// the slots that outlive the run (arguments, outputs); negative entries (constants) are ignored.
 std::vector<std::vector<int>> PlanReleases(int num_slots, const std::vector<std::vector<int>>& uses,
                                            const std::vector<int>& keep);
 

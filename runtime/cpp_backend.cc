@@ -172,7 +172,6 @@ class CppArtifact final : public CodegenArtifact {
       for (const KernelInput& in : k.inputs) uses[i].push_back(in.slot);
       for (int slot : k.output_slots) uses[i].push_back(slot);
       for (int op = k.first_op; op < k.end_op; ++op) codegen::AddSlotsOf(ops_[op], &uses[i]);
-      uses[i].erase(std::remove(uses[i].begin(), uses[i].end(), -1), uses[i].end());
     }
     std::vector<int> keep;
     for (const auto& [arg, slot] : inputs_) keep.push_back(slot);

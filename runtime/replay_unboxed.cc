@@ -6,7 +6,7 @@
 // in (linear, addmm, convolution, batch_norm, pooling, activations, views, softmax, embedding, ...)
 // call the ATen C++ function of exactly that operator and overload, which is the unboxed
 // dispatcher call eager makes: the same kernels, the same autograd recording, the same aliasing.
-// Constant int[] arguments are converted once when the step is built (OpStepArg::ints).
+// Constant int[] arguments were converted once when the step was built (OpStepArg::ints).
 //
 // A step takes this path only when it is an exact match: the schema's name and overload are in
 // the table below with the argument count the table's function reads, every argument has the kind
@@ -83,7 +83,7 @@ struct IntsArg {
       return;
     }
     patched.assign(a.ints.begin(), a.ints.end());
-    for (const OpStepArg::RunTimeSize& r : a.sizes) patched[r.elem] = sl[r.slot].toTensor().size(r.dim) * r.scale;
+    PatchRunTimeSizes(a, sl, patched.data());
     ref = patched;
   }
 };
@@ -95,6 +95,16 @@ at::Scalar S(const OpStep& s, int i) { return s.args[i].constant.toScalar(); }
 c10::optional<at::ScalarType> OptDtype(const OpStep& s, int i) {
   const c10::IValue& v = s.args[i].constant;
   return v.isNone() ? c10::nullopt : c10::optional<at::ScalarType>(v.toScalarType());
+}
+
+// Ops of one tensor, and of two tensors, that take nothing else.
+template <at::Tensor (*F)(const at::Tensor&)>
+at::Tensor Unary(const OpStep& s, const Slots& sl) {
+  return F(T(s, sl, 0));
+}
+template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&)>
+at::Tensor Binary(const OpStep& s, const Slots& sl) {
+  return F(T(s, sl, 0), T(s, sl, 1));
 }
 
 // What each argument of a table entry must be.
@@ -114,12 +124,9 @@ const std::map<std::pair<std::string, std::string>, Entry>& Table() {
       {{"aten::addmm", ""},
        {[](const OpStep& s, const Slots& sl) { return at::addmm(T(s, sl, 0), T(s, sl, 1), T(s, sl, 2), S(s, 3), S(s, 4)); },
         {W::kTensor, W::kTensor, W::kTensor, W::kScalar, W::kScalar}}},
-      {{"aten::mm", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::mm(T(s, sl, 0), T(s, sl, 1)); }, {W::kTensor, W::kTensor}}},
-      {{"aten::bmm", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::bmm(T(s, sl, 0), T(s, sl, 1)); }, {W::kTensor, W::kTensor}}},
-      {{"aten::matmul", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::matmul(T(s, sl, 0), T(s, sl, 1)); }, {W::kTensor, W::kTensor}}},
+      {{"aten::mm", ""}, {Binary<at::mm>, {W::kTensor, W::kTensor}}},
+      {{"aten::bmm", ""}, {Binary<at::bmm>, {W::kTensor, W::kTensor}}},
+      {{"aten::matmul", ""}, {Binary<at::matmul>, {W::kTensor, W::kTensor}}},
       {{"aten::conv2d", ""},
        {[](const OpStep& s, const Slots& sl) {
           return at::conv2d(T(s, sl, 0), T(s, sl, 1), OptT(s, sl, 2), IntsArg(s, sl, 3).ref, IntsArg(s, sl, 4).ref,
@@ -153,14 +160,10 @@ const std::map<std::pair<std::string, std::string>, Entry>& Table() {
       {{"aten::adaptive_avg_pool2d", ""},
        {[](const OpStep& s, const Slots& sl) { return at::adaptive_avg_pool2d(T(s, sl, 0), IntsArg(s, sl, 1).ref); },
         {W::kTensor, W::kInts}}},
-      {{"aten::relu", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::relu(T(s, sl, 0)); }, {W::kTensor}}},
-      {{"aten::sigmoid", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::sigmoid(T(s, sl, 0)); }, {W::kTensor}}},
-      {{"aten::tanh", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::tanh(T(s, sl, 0)); }, {W::kTensor}}},
-      {{"aten::exp", ""},
-       {[](const OpStep& s, const Slots& sl) { return at::exp(T(s, sl, 0)); }, {W::kTensor}}},
+      {{"aten::relu", ""}, {Unary<at::relu>, {W::kTensor}}},
+      {{"aten::sigmoid", ""}, {Unary<at::sigmoid>, {W::kTensor}}},
+      {{"aten::tanh", ""}, {Unary<at::tanh>, {W::kTensor}}},
+      {{"aten::exp", ""}, {Unary<at::exp>, {W::kTensor}}},
       {{"aten::leaky_relu", ""},
        {[](const OpStep& s, const Slots& sl) { return at::leaky_relu(T(s, sl, 0), S(s, 1)); }, {W::kTensor, W::kScalar}}},
       {{"aten::gelu", ""},
@@ -172,12 +175,10 @@ const std::map<std::pair<std::string, std::string>, Entry>& Table() {
       {{"aten::sub", "Tensor"},
        {[](const OpStep& s, const Slots& sl) { return at::sub(T(s, sl, 0), T(s, sl, 1), S(s, 2)); },
         {W::kTensor, W::kTensor, W::kScalar}}},
-      {{"aten::mul", "Tensor"},
-       {[](const OpStep& s, const Slots& sl) { return at::mul(T(s, sl, 0), T(s, sl, 1)); }, {W::kTensor, W::kTensor}}},
+      {{"aten::mul", "Tensor"}, {Binary<at::mul>, {W::kTensor, W::kTensor}}},
       {{"aten::mul", "Scalar"},
        {[](const OpStep& s, const Slots& sl) { return at::mul(T(s, sl, 0), S(s, 1)); }, {W::kTensor, W::kScalar}}},
-      {{"aten::div", "Tensor"},
-       {[](const OpStep& s, const Slots& sl) { return at::div(T(s, sl, 0), T(s, sl, 1)); }, {W::kTensor, W::kTensor}}},
+      {{"aten::div", "Tensor"}, {Binary<at::div>, {W::kTensor, W::kTensor}}},
       {{"aten::view", ""},
        {[](const OpStep& s, const Slots& sl) { return T(s, sl, 0).view(IntsArg(s, sl, 1).ref); }, {W::kTensor, W::kInts}}},
       {{"aten::reshape", ""},
@@ -186,7 +187,7 @@ const std::map<std::pair<std::string, std::string>, Entry>& Table() {
       {{"aten::flatten", "using_ints"},
        {[](const OpStep& s, const Slots& sl) { return at::flatten(T(s, sl, 0), I(s, 1), I(s, 2)); },
         {W::kTensor, W::kInt, W::kInt}}},
-      {{"aten::t", ""}, {[](const OpStep& s, const Slots& sl) { return at::t(T(s, sl, 0)); }, {W::kTensor}}},
+      {{"aten::t", ""}, {Unary<at::t>, {W::kTensor}}},
       {{"aten::transpose", "int"},
        {[](const OpStep& s, const Slots& sl) { return at::transpose(T(s, sl, 0), I(s, 1), I(s, 2)); },
         {W::kTensor, W::kInt, W::kInt}}},
@@ -245,9 +246,6 @@ void SetUnboxed(OpStep* s) {
   }
   for (size_t i = 0; i < s->args.size(); ++i) {
     if (!Matches(s->args[i], it->second.args[i])) return;
-  }
-  for (OpStepArg& a : s->args) {
-    if (a.constant.isIntList()) a.ints = a.constant.toIntVector();
   }
   s->unboxed = it->second.fn;
 }
