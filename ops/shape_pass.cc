@@ -52,6 +52,61 @@ struct Round {
 
   Shape Traced(ValueId id) const { return ToShape(g.value(id).meta.sizes); }
 
+  // A size leaf (Note [Symbolic sizes]) in the symbols: its value's dim as propagated so far.
+  Dim LeafDim(int k) const {
+    const tracer::SymLeaf& leaf = g.sym_leaves.at(k);
+    const Shape& shape = out.shapes.at(leaf.value);
+    if (leaf.dim >= 0 && leaf.dim < static_cast<int>(shape.size())) return shape[leaf.dim];
+    return Dim(g.value(leaf.value).meta.sizes.at(leaf.dim));
+  }
+  Dim InSymbols(const tracer::SymExpr& e) const {
+    return e.Map([this](int k) { return LeafDim(k); });
+  }
+
+  // The comparisons C++ made on symbolic sizes: decided by the symbols' domain (>= 2), a
+  // requirement (an equality that held), or a read of the sizes involved.
+  void Checks(SymbolicFacts& facts) {
+    using Op = tracer::SymCheck::Op;
+    for (const tracer::SymCheck& c : g.sym_checks) {
+      const Dim l = InSymbols(c.lhs), r = InSymbols(c.rhs);
+      if ((l - r).is_constant()) continue;  // the same for every value of the symbols
+      auto at_least = [](const Dim& e, int64_t k) {
+        std::optional<int64_t> lb = e.LowerBound(2);
+        return lb.has_value() && *lb >= k;
+      };
+      // Normalize to what held: `op` with its answer.
+      Op op = c.op;
+      if (!c.result) {
+        switch (op) {
+          case Op::kEq: op = Op::kNe; break;
+          case Op::kNe: op = Op::kEq; break;
+          case Op::kLt: op = Op::kGe; break;
+          case Op::kLe: op = Op::kGt; break;
+          case Op::kGt: op = Op::kLe; break;
+          case Op::kGe: op = Op::kLt; break;
+        }
+      }
+      const char* text[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
+      const std::string what = absl::StrCat(l.ToString(), text[static_cast<int>(op)], r.ToString());
+      bool known = false;
+      switch (op) {
+        case Op::kEq:
+          facts.requirements.push_back({l, r, absl::StrCat("required by ", c.by, ", which compared sizes")});
+          known = true;
+          break;
+        case Op::kNe: known = at_least(l - r, 1) || at_least(r - l, 1); break;
+        case Op::kLt: known = at_least(r - l, 1); break;
+        case Op::kLe: known = at_least(r - l, 0); break;
+        case Op::kGt: known = at_least(l - r, 1); break;
+        case Op::kGe: known = at_least(l - r, 0); break;
+      }
+      if (known) continue;
+      const std::string why = absl::StrCat("size comparison ", what, " made by ", c.by);
+      Read(l, why);
+      Read(r, why);
+    }
+  }
+
   void Run() {
     out.shapes.assign(g.values.size(), Shape{});
     for (const tracer::Value& v : g.values) {
@@ -68,6 +123,7 @@ struct Round {
     SymbolicFacts facts;
     facts.evaluate = [this](const Dim& d) { return Evaluate(d); };
     for (const tracer::Node& n : g.nodes) RunNode(n, facts);
+    Checks(facts);
     // Sizes that user code or a composite kernel read were used as plain integers.
     for (const tracer::MetadataRead& r : reads) {
       if (r.what == tracer::MetadataRead::What::kRank) continue;  // ranks are always static
@@ -105,6 +161,13 @@ struct Round {
       if (r.kind == tracer::NodeReturn::Kind::kScalar) continue;
       outs.insert(outs.end(), r.values.begin(), r.values.end());
     }
+    auto specialize_elems = [&](const std::string& why) {
+      out.run_time_sizes.erase(out.run_time_sizes.lower_bound({n.index, 0}),
+                               out.run_time_sizes.lower_bound({n.index + 1, 0}));
+      for (const NodeArg& a : n.args) {
+        for (const tracer::SymElem& e : a.sym_elems) SpecializeAll({InSymbols(e.expr)}, why);
+      }
+    };
     auto specialize_inputs = [&](const std::string& why) {
       for (const NodeArg& a : n.args) {
         if (a.kind == NodeArg::Kind::kValue) SpecializeAll(out.shapes[a.value], why);
@@ -112,10 +175,13 @@ struct Round {
           if (id != tracer::kNoValue) SpecializeAll(out.shapes[id], why);
         }
       }
+      // Integers computed from symbolic sizes stay the traced ones (Note [Symbolic sizes]).
+      specialize_elems(why);
       for (ValueId id : outs) out.shapes[id] = Traced(id);
     };
     if (n.kind == tracer::NodeKind::kDataDependent) {
       // Output shapes are value-guarded inside the artifact; the inputs may stay symbolic.
+      specialize_elems(absl::StrCat("argument of ", at, ", which is data-dependent"));
       for (ValueId id : outs) out.shapes[id] = Traced(id);
       return;
     }
@@ -144,6 +210,35 @@ struct Round {
                 auto it = symbol_of.find({ref.arg, ref.dim});
                 if (it == symbol_of.end() || specialized.count(it->second)) continue;
                 s.dims[ref.elem < 0 ? 0 : ref.elem] = Dim::Symbol(it->second) * Dim(ref.scale);
+                symbolic = true;
+              }
+            }
+            if (!a.sym_elems.empty()) {
+              // Computed by C++ from symbolic sizes: run-time sizes where that is k * symbol.
+              if (s.dims.empty()) {
+                std::vector<int64_t> ints = a.constant.isIntList() ? a.constant.toIntVector()
+                                                                   : std::vector<int64_t>{a.constant.toInt()};
+                s.dims.assign(ints.begin(), ints.end());
+              }
+              for (const tracer::SymElem& e : a.sym_elems) {
+                const Dim d = InSymbols(e.expr);
+                if (d.is_constant()) continue;
+                const std::vector<int> syms = d.symbols();
+                std::optional<Dim> k =
+                    syms.size() == 1 ? Dim::ExactDiv(d, Dim::Symbol(syms[0])) : std::nullopt;
+                if (!k.has_value() || !k->is_constant() || k->constant() < 1 || !(*k * Dim::Symbol(syms[0]) == d)) {
+                  SpecializeAll({d}, absl::StrCat("argument ", &a - n.args.data(), " of ", at,
+                                                  ", computed from sizes as ", d.ToString(),
+                                                  ", which is not a multiple of one size"));
+                  continue;
+                }
+                tracer::SizeRef ref;
+                ref.elem = e.elem;
+                ref.arg = symbols[syms[0]].arg;
+                ref.dim = symbols[syms[0]].dim;
+                ref.scale = k->constant();
+                out.run_time_sizes[{n.index, static_cast<int>(&a - n.args.data())}].push_back(ref);
+                s.dims[e.elem < 0 ? 0 : e.elem] = d;
                 symbolic = true;
               }
             }
@@ -200,6 +295,20 @@ struct Round {
 
 }  // namespace
 
+std::shared_ptr<Graph> WithRunTimeSizes(std::shared_ptr<Graph> graph, const ShapePassResult& pass) {
+  if (pass.run_time_sizes.empty()) return graph;
+  auto out = std::make_shared<Graph>(*graph);
+  for (const auto& [where, refs] : pass.run_time_sizes) {
+    std::vector<tracer::SizeRef>& to = out->nodes.at(where.first).args.at(where.second).sizes_of;
+    for (const tracer::SizeRef& r : refs) {
+      bool have = false;
+      for (const tracer::SizeRef& o : to) have |= o.elem == r.elem;
+      if (!have) to.push_back(r);
+    }
+  }
+  return out;
+}
+
 std::string SymbolName(const SymbolSource& s, const std::vector<std::string>& arg_names) {
   const std::string arg = s.arg >= 0 && s.arg < static_cast<int>(arg_names.size())
                               ? arg_names[s.arg]
@@ -236,6 +345,7 @@ ShapePassResult PropagateShapes(const Graph& g, const std::vector<tracer::Metada
     // still one C++ read.
     out.read_symbols.insert(attempt.read_symbols.begin(), attempt.read_symbols.end());
     out.stride_read = attempt.stride_read;
+    out.run_time_sizes = std::move(attempt.run_time_sizes);
     out.iterations = round + 1;
     if (specialized.size() == before) break;
   }

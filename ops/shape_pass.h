@@ -6,6 +6,7 @@
 #define WARDEN_OPS_SHAPE_PASS_H_
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -37,6 +38,10 @@ struct ShapePassResult {
   // graph uses must be verified with them (layout propagates through ops in ways the graph does
   // not track); the caller either does that or re-runs the pass without verify_reads.
   std::string stride_read;
+  // Note [Symbolic sizes] (tracer.cc): op-argument elements C++ computed from symbolic sizes that
+  // are k * symbol: (node, argument) -> the argument sizes they are at run time. Apply them to the
+  // graph with WithRunTimeSizes.
+  std::map<std::pair<int, int>, std::vector<tracer::SizeRef>> run_time_sizes;
   int iterations = 0;
 };
 
@@ -49,6 +54,11 @@ struct ShapePassResult {
 ShapePassResult PropagateShapes(const tracer::Graph& graph,
                                 const std::vector<tracer::MetadataRead>& reads,
                                 const std::set<std::pair<int, int>>& dynamic, bool verify_reads = false);
+
+// `graph` with the pass's run_time_sizes added to its op arguments' sizes_of (the same graph when
+// there are none).
+std::shared_ptr<tracer::Graph> WithRunTimeSizes(std::shared_ptr<tracer::Graph> graph,
+                                                const ShapePassResult& pass);
 
 // "arg0.size(1)" for a symbol, given argument names.
 std::string SymbolName(const SymbolSource& s, const std::vector<std::string>& arg_names);

@@ -118,6 +118,7 @@ std::shared_ptr<runtime::VerifiedSizes> GeneralizeReads(tracer::TraceResult& tra
       continue;
     }
     ops::ShapePassResult pass = ops::PropagateShapes(*general, trace.reads, dynamic, /*verify_reads=*/true);
+    general = ops::WithRunTimeSizes(std::move(general), pass);  // Note [Symbolic sizes]
     std::string mismatch;
     for (const auto& [arg, dim] : read_dims) {
       for (size_t k = 0; k < pass.symbols.size(); ++k) {
@@ -776,6 +777,11 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
         if (!why.empty()) verify_note = absl::StrCat(verify_note.empty() ? "" : verify_note + "; ", why);
       }
     }
+    // Op arguments C++ computed from symbolic sizes read the sizes at run time (Note [Symbolic
+    // sizes] in tracer/tracer.cc).
+    trace.graph = ops::WithRunTimeSizes(trace.graph, shapes);
+    entry->graph = trace.graph;
+    in.graph = trace.graph.get();
     entry->shapes = std::make_shared<ops::ShapePassResult>(std::move(shapes));
     in.shapes = entry->shapes.get();
     for (size_t k = 0; k < entry->shapes->symbols.size(); ++k) {

@@ -68,6 +68,9 @@ std::string StructureDifference(const Graph& x, const std::vector<tracer::Metada
     return "its arguments or outputs differ";
   }
   if (!(x.entry_mode == y.entry_mode) || x.mode_dependent != y.mode_dependent) return "its thread-local modes differ";
+  if (!(x.sym_leaves == y.sym_leaves) || !(x.sym_checks == y.sym_checks)) {
+    return "C++ compared other sizes, or got other answers (a branch on the size?)";
+  }
   for (size_t i = 0; i < x.values.size(); ++i) {
     std::string d = ValueDifference(x, x.values[i], y.values[i]);
     if (!d.empty()) return d;
@@ -90,6 +93,9 @@ std::string StructureDifference(const Graph& x, const std::vector<tracer::Metada
       const NodeArg& t = q.args[k];
       if (s.kind != t.kind || s.value != t.value || s.values != t.values) {
         return absl::StrCat("the operands of ", p.op, " at %", n, " differ");
+      }
+      if (!(s.sym_elems == t.sym_elems)) {
+        return absl::StrCat("argument ", k, " of ", p.op, " at %", n, " is computed from other sizes");
       }
     }
   }
@@ -217,7 +223,16 @@ std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::
       NodeArg& q = out->nodes[n].args[k];
       if (q.kind != NodeArg::Kind::kConstant || SameIValue(p.constant, q.constant)) continue;
       const std::string where = absl::StrCat("argument ", k, " of ", y.nodes[n].op, " at %", n);
+      // Elements C++ computed from symbolic sizes (the same expressions in both traces): the
+      // shape pass makes them run-time sizes or specializes them (Note [Symbolic sizes]).
+      auto computed = [&](int elem) {
+        for (const tracer::SymElem& e : q.sym_elems) {
+          if (e.elem == elem) return true;
+        }
+        return false;
+      };
       if (p.constant.isInt() && q.constant.isInt()) {
+        if (computed(-1)) continue;
         tracer::SizeRef ref;
         if (!match(p.constant.toInt(), q.constant.toInt(), &ref)) {
           *why = absl::StrCat(where, " changes but is not a size C++ read (computed from one?)");
@@ -233,7 +248,7 @@ std::shared_ptr<Graph> Generalize(const tracer::TraceResult& now, const tracer::
       }
       const std::vector<int64_t> a = p.constant.toIntVector(), b = q.constant.toIntVector();
       for (size_t e = 0; e < a.size(); ++e) {
-        if (a[e] == b[e]) continue;
+        if (a[e] == b[e] || computed(static_cast<int>(e))) continue;
         tracer::SizeRef ref;
         ref.elem = static_cast<int>(e);
         if (!match(a[e], b[e], &ref)) {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "runtime/warden.h"
+#include "tests/sweep.h"
 
 namespace {
 
@@ -26,13 +27,8 @@ std::vector<at::Tensor> AddMul(const std::vector<c10::IValue>& a) {
   return {(a[0].toTensor() + a[1].toTensor()).relu() * 3};
 }
 
-void ExpectSame(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].sizes(), want[i].sizes());
-    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-5, 1e-6, true));
-  }
-}
+using warden::test_util::ExpectSame;
+using warden::test_util::SweepFirstDim;
 
 warden::Options AutoOn(const char* backend) {
   warden::Options o = Mode(warden::Dynamic::kAuto);
@@ -40,17 +36,6 @@ warden::Options AutoOn(const char* backend) {
   return o;
 }
 
-// Calls `f` and `fn` on randn({n, rest...}) for n = 1..max_n, twice, expecting equal results.
-void SweepFirstDim(warden::CompiledFunction& f, const warden::Fn& fn, int64_t max_n, const std::vector<int64_t>& rest) {
-  for (int round = 0; round < 2; ++round) {
-    for (int64_t n = 1; n <= max_n; ++n) {
-      std::vector<int64_t> sizes = {n};
-      sizes.insert(sizes.end(), rest.begin(), rest.end());
-      auto x = torch::randn(sizes);
-      ExpectSame(f({x}), fn({x}));
-    }
-  }
-}
 
 TEST(Dynamic, AutomaticDynamicAfterOneSizeChange) {
   auto f = warden::compile(AddMul, Mode(warden::Dynamic::kAuto));

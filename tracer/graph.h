@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include "tracer/sym_expr.h"
 #include "tracer/thread_mode.h"
 
 namespace warden::tracer {
@@ -78,6 +79,36 @@ struct SizeRef {
   }
 };
 
+// Note [Symbolic sizes] (tracer.cc): from LibTorch 2.8 on, C++ that reads sym_sizes() of a traced
+// tensor gets symbolic SymInts; integers it computes from them and passes to ops are recorded as
+// expressions over "size leaves" (a value's dim at trace time), and the comparisons it made on them
+// as SymChecks. The shape pass turns both into expressions over the size symbols.
+struct SymLeaf {
+  ValueId value = kNoValue;
+  int dim = -1;
+  friend bool operator==(const SymLeaf& a, const SymLeaf& b) { return a.value == b.value && a.dim == b.dim; }
+};
+
+// An element of an int or int[] constant computed from size leaves (symbol k of `expr` is
+// Graph::sym_leaves[k]); the constant holds its traced value.
+struct SymElem {
+  int elem = -1;  // index in the int[] (-1: the constant is a single int)
+  SymExpr expr;
+  friend bool operator==(const SymElem& a, const SymElem& b) { return a.elem == b.elem && a.expr == b.expr; }
+};
+
+// A comparison C++ made on symbolic sizes and the answer it got: `lhs op rhs` was `result`.
+struct SymCheck {
+  enum class Op : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+  Op op = Op::kEq;
+  SymExpr lhs, rhs;  // over size leaves
+  bool result = false;
+  std::string by;  // "user code" or "aten::flatten (composite)"
+  friend bool operator==(const SymCheck& a, const SymCheck& b) {
+    return a.op == b.op && a.lhs == b.lhs && a.rhs == b.rhs && a.result == b.result;
+  }
+};
+
 // One argument of a node, in schema order.
 struct NodeArg {
   enum class Kind : uint8_t {
@@ -92,6 +123,8 @@ struct NodeArg {
   std::vector<ValueId> values;
   // kConstant: elements that are argument sizes at run time (the constant holds the traced ones).
   std::vector<SizeRef> sizes_of;
+  // kConstant: elements C++ computed from symbolic sizes (Note [Symbolic sizes]).
+  std::vector<SymElem> sym_elems;
 };
 
 // How a node's returns map to values: each schema return is one tensor, a tensor list, or a
@@ -145,6 +178,9 @@ class Graph {
   // Ops that took a train/training/use_input_stats flag from C++ (a module's train()/eval()
   // state, invisible to the trace): "aten::native_batch_norm at %3 (training=true)".
   std::vector<std::string> mode_dependent;
+  // Note [Symbolic sizes]: the size leaves the op arguments' SymElems and the checks refer to.
+  std::vector<SymLeaf> sym_leaves;
+  std::vector<SymCheck> sym_checks;
 
   ValueId AddValue(Value v);
   const Value& value(ValueId id) const { return values.at(id); }

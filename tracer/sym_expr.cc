@@ -132,6 +132,16 @@ SymExpr SymExpr::Substitute(int id, const SymExpr& by) const {
   return r;
 }
 
+SymExpr SymExpr::Map(const std::function<SymExpr(int)>& f) const {
+  SymExpr r;
+  for (const auto& [m, c] : terms_) {
+    SymExpr term(c);
+    for (int s : m) term = term * f(s);
+    r = r + term;
+  }
+  return r;
+}
+
 int64_t SymExpr::Evaluate(const int64_t* values) const {
   uint64_t total = 0;
   for (const auto& [m, c] : terms_) {

@@ -44,6 +44,9 @@ class SymExpr {
 
   // Replaces symbol `id` by `by` and re-canonicalizes.
   SymExpr Substitute(int id, const SymExpr& by) const;
+  // Replaces every symbol s by f(s) at once (the result may use any ids; no clash with this
+  // expression's own) and re-canonicalizes.
+  SymExpr Map(const std::function<SymExpr(int)>& f) const;
 
   // Value for concrete symbol values (values[id]); allocation-free. Wraps on int64 overflow: for
   // values already known to be in range (traced sizes) and for display.

@@ -11,6 +11,8 @@
 //     (SymBool); the old names are no longer virtual. The tracer's wrapper overrides whichever the
 //     version has (tracer.cc), with `override`, so a version where the guess is wrong fails to
 //     compile instead of silently losing the metadata reads that become guards.
+//   - From 2.8 on the wrapper answers sym_sizes() with symbolic SymInts (Note [Symbolic sizes] in
+//     tracer.cc; written against 2.8+'s SymNodeImpl interface); before, with plain values.
 //   - Autograd nodes are owned by std::shared_ptr up to 2.12 and by c10::intrusive_ptr from 2.13:
 //     tracer.cc names the type through decltype(Edge::function).
 //   - Autocast: 2.4 replaced the per-device CPU functions (autocast_compat.h).

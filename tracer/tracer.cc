@@ -14,7 +14,10 @@
 #include "tracer/tracer.h"
 
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -32,6 +35,13 @@
 #include "ops/registry.h"
 #include "tracer/error.h"
 #include "tracer/torch_compat.h"
+
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+#include <c10/core/SymBool.h>
+#include <c10/core/SymFloat.h>
+#include <c10/core/SymInt.h>
+#include <c10/core/SymNodeImpl.h>
+#endif
 
 namespace warden::tracer {
 namespace {
@@ -66,6 +76,19 @@ struct TraceState {
   bool verification = false;     // Trace(..., verification): no observable effect may run
   const std::map<int, c10::IValue>* scalar_overrides = nullptr;  // verification only
   std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers
+  // Note [Symbolic sizes]: hand out symbolic sizes (off after a kernel refused them, below).
+  bool symbolic_sizes = true;
+  bool symbolic_handed_out = false;
+  std::map<std::pair<ValueId, int>, int> leaf_index;
+
+  int Leaf(ValueId id, int dim) {
+    auto [it, added] = leaf_index.emplace(std::make_pair(id, dim), static_cast<int>(graph->sym_leaves.size()));
+    if (added) graph->sym_leaves.push_back({id, dim});
+    return it->second;
+  }
+  std::string By() const {
+    return composite_stack.empty() ? "user code" : absl::StrCat(composite_stack.back(), " (composite)");
+  }
 
   void OnRead(ValueId id, MetadataRead::What what, int dim = -1) {
     if (finished) return;
@@ -75,13 +98,296 @@ struct TraceState {
     r.value = id;
     r.what = what;
     r.dim = dim;
-    r.by = composite_stack.empty() ? "user code"
-                                   : absl::StrCat(composite_stack.back(), " (composite)");
+    r.by = By();
     reads.emplace(key, std::move(r));
   }
 };
 
 thread_local TraceState* current_state = nullptr;
+
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+// Note [Symbolic sizes]
+// From LibTorch 2.8 on (the SymNodeImpl interface this was written against), sym_sizes(),
+// sym_size(d) and sym_numel() of a traced tensor answer with SymInts whose node is a SymSize: an
+// expression over size leaves (graph.h; leaf k is "dim d of value v") with the value seen at trace
+// time. Composite kernels of 2.x and C++ written with sym_size() compute with them:
+//   - + - * and exact division stay expressions (SymExpr, over leaves); an op argument built from
+//     them is recorded as a SymElem, which the shape pass evaluates in the size symbols, so
+//     `view(x, [x.sym_size(0), -1])` follows the batch size instead of specializing it;
+//   - a comparison becomes a SymCheck (the answer C++ got): decided by algebra when the difference
+//     is constant, otherwise it becomes a guard (== that held) or specializes its sizes, in the
+//     shape pass, with who made it;
+//   - anything else that needs the number (guard_int, a non-exact division, a float, a node this
+//     trace does not own) records an ordinary size read of every leaf involved: what a plain
+//     sizes() read records, so nothing is assumed that is not guarded.
+// Kernels that cannot take a symbolic SymInt (an IntArrayRef kernel behind a SymInt[] schema
+// unpacks it with asIntArrayRefSlow and throws) are retried with the values concretized, see
+// Fallback. Sizes 0 and 1 stay plain ints (they always specialize). Before 2.8, and after a
+// kernel refused a symbolic value in a way the retry could not undo, reads are the plain reads.
+class SymSize final : public c10::SymNodeImpl {
+ public:
+  enum class Kind : uint8_t { kInt, kBool, kFloat };
+
+  SymSize(uint64_t trace_id, SymExpr expr, int64_t hint)
+      : trace_id_(trace_id), kind_(Kind::kInt), expr_(std::move(expr)), hint_(hint) {}
+  static c10::SymNode Bool(uint64_t trace_id, bool value) {
+    auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), value ? 1 : 0);
+    n->kind_ = Kind::kBool;
+    return n;
+  }
+  static c10::SymNode Float(uint64_t trace_id, double value) {
+    auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), 0);
+    n->kind_ = Kind::kFloat;
+    n->float_ = value;
+    return n;
+  }
+  static c10::SymNode Check(uint64_t trace_id, SymCheck::Op op, SymExpr lhs, SymExpr rhs, bool result) {
+    auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), result ? 1 : 0);
+    n->kind_ = Kind::kBool;
+    n->check_ = true;
+    n->op_ = op;
+    n->expr_ = std::move(lhs);
+    n->rhs_ = std::move(rhs);
+    return n;
+  }
+
+  bool is_int() override { return kind_ == Kind::kInt; }
+  bool is_bool() override { return kind_ == Kind::kBool; }
+  bool is_float() override { return kind_ == Kind::kFloat; }
+  bool is_symbolic() override { return !Constant(); }
+  bool is_constant() override { return Constant(); }
+  bool has_hint() override { return true; }
+
+  c10::SymNode add(const c10::SymNode& other) override { return Arith(other, '+'); }
+  c10::SymNode sub(const c10::SymNode& other) override { return Arith(other, '-'); }
+  c10::SymNode mul(const c10::SymNode& other) override { return Arith(other, '*'); }
+  c10::SymNode floordiv(const c10::SymNode& other) override { return Divide(other, /*mod=*/false); }
+  c10::SymNode int_floordiv(const c10::SymNode& other) override { return Divide(other, /*mod=*/false); }
+  c10::SymNode mod(const c10::SymNode& other) override { return Divide(other, /*mod=*/true); }
+  c10::SymNode neg() override { return Make(-expr_, -hint_); }
+  c10::SymNode eq(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kEq); }
+  c10::SymNode ne(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kNe); }
+  c10::SymNode lt(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kLt); }
+  c10::SymNode le(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kLe); }
+  c10::SymNode gt(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kGt); }
+  c10::SymNode ge(const c10::SymNode& other) override { return Compare(other, SymCheck::Op::kGe); }
+  c10::SymNode sym_min(const c10::SymNode& other) override { return MinMax(other, /*max=*/false); }
+  c10::SymNode sym_max(const c10::SymNode& other) override { return MinMax(other, /*max=*/true); }
+  c10::SymNode sym_and(const c10::SymNode& other) override {
+    return Bool(trace_id_, Truth() && Of(other)->Truth());
+  }
+  c10::SymNode sym_or(const c10::SymNode& other) override {
+    return Bool(trace_id_, Truth() || Of(other)->Truth());
+  }
+  c10::SymNode sym_not() override { return Bool(trace_id_, !Truth()); }
+  c10::SymNode sym_ite(const c10::SymNode& then_val, const c10::SymNode& else_val) override {
+    return Truth() ? then_val : else_val;
+  }
+  // Everything with floats needs the numbers.
+  c10::SymNode sym_float() override { return Float(trace_id_, AsDouble()); }
+  c10::SymNode truediv(const c10::SymNode& other) override { return Float(trace_id_, AsDouble() / Of(other)->AsDouble()); }
+  c10::SymNode float_truediv(const c10::SymNode& other) override { return truediv(other); }
+  c10::SymNode int_truediv(const c10::SymNode& other) override { return truediv(other); }
+  c10::SymNode pow(const c10::SymNode& other) override { return Float(trace_id_, std::pow(AsDouble(), Of(other)->AsDouble())); }
+  c10::SymNode float_pow(const c10::SymNode& other) override { return pow(other); }
+  c10::SymNode pow_by_natural(const c10::SymNode& other) override {
+    int64_t r = 1;
+    const int64_t base = Concrete(), e = Of(other)->Concrete();
+    for (int64_t i = 0; i < e; ++i) r *= base;
+    return Make(SymExpr(r), r);
+  }
+  c10::SymNode ceil() override {
+    if (kind_ != Kind::kFloat) return c10::SymNode(c10::intrusive_ptr<SymSize>::reclaim_copy(this));
+    const double v = std::ceil(float_);
+    return Make(SymExpr(static_cast<int64_t>(v)), static_cast<int64_t>(v));
+  }
+  c10::SymNode floor() override {
+    if (kind_ != Kind::kFloat) return c10::SymNode(c10::intrusive_ptr<SymSize>::reclaim_copy(this));
+    const double v = std::floor(float_);
+    return Make(SymExpr(static_cast<int64_t>(v)), static_cast<int64_t>(v));
+  }
+  c10::SymNode clone() override { return c10::SymNode(c10::intrusive_ptr<SymSize>::reclaim_copy(this)); }
+  c10::SymNode wrap_int(int64_t num) override { return Make(SymExpr(num), num); }
+  c10::SymNode wrap_bool(bool num) override { return Bool(trace_id_, num); }
+  c10::SymNode wrap_float(double num) override { return Float(trace_id_, num); }
+
+  int64_t guard_int(const char*, int64_t) override { return Concrete(); }
+  int64_t int_() override { return Concrete(); }
+  double guard_float(const char*, int64_t) override { return AsDouble(); }
+  bool guard_bool(const char*, int64_t) override { return Truth(); }
+  bool bool_() override { return Truth(); }
+  bool expect_true(const char*, int64_t) override { return Truth(); }
+  bool guard_size_oblivious(const char*, int64_t) override { return Truth(); }
+  std::optional<int64_t> constant_int() override {
+    if (kind_ == Kind::kInt && expr_.is_constant()) return expr_.constant();
+    return std::nullopt;
+  }
+  std::optional<bool> constant_bool() override {
+    if (kind_ == Kind::kBool && !check_) return hint_ != 0;
+    return std::nullopt;
+  }
+  std::optional<int64_t> maybe_as_int() override { return constant_int(); }
+  std::string str() override {
+    if (kind_ == Kind::kFloat) return absl::StrCat(float_);
+    return absl::StrCat(expr_.ToString(), " (traced ", hint_, ")");
+  }
+
+  // The expression and traced value of a SymInt this trace owns (false otherwise).
+  static bool Unpack(const c10::SymInt& v, SymExpr* expr, int64_t* hint) {
+    if (!v.is_heap_allocated()) {
+      *expr = SymExpr(v.as_int_unchecked());
+      *hint = v.as_int_unchecked();
+      return true;
+    }
+    auto* n = dynamic_cast<SymSize*>(v.toSymNodeImplUnowned());
+    if (n == nullptr || n->kind_ != Kind::kInt || n->State() == nullptr) return false;
+    *expr = n->expr_;
+    *hint = n->hint_;
+    return true;
+  }
+  // The plain int a kernel needs instead of `v`: what guard_int() does (records the reads).
+  static int64_t ConcreteOf(const c10::SymInt& v) { return v.guard_int(__FILE__, __LINE__); }
+
+ private:
+  TraceState* State() const {
+    return current_state != nullptr && current_state->id == trace_id_ ? current_state : nullptr;
+  }
+  bool Constant() const {
+    if (kind_ == Kind::kFloat) return true;
+    if (kind_ == Kind::kBool) return !check_;
+    return expr_.is_constant();
+  }
+  c10::SymNode Make(SymExpr e, int64_t hint) const { return c10::make_intrusive<SymSize>(trace_id_, std::move(e), hint); }
+
+  // `other` as one of this trace's nodes; a foreign node is concretized first (its own guard_int).
+  c10::intrusive_ptr<SymSize> Of(const c10::SymNode& other) const {
+    if (auto* n = dynamic_cast<SymSize*>(other.get()); n != nullptr && n->trace_id_ == trace_id_) {
+      return c10::intrusive_ptr<SymSize>::reclaim_copy(n);
+    }
+    if (other->is_bool()) return c10::intrusive_ptr<SymSize>::reclaim_copy(static_cast<SymSize*>(Bool(trace_id_, other->guard_bool(__FILE__, __LINE__)).get()));
+    if (other->is_float()) return c10::intrusive_ptr<SymSize>::reclaim_copy(static_cast<SymSize*>(Float(trace_id_, other->guard_float(__FILE__, __LINE__)).get()));
+    const int64_t v = other->guard_int(__FILE__, __LINE__);
+    return c10::make_intrusive<SymSize>(trace_id_, SymExpr(v), v);
+  }
+
+  // The traced value, with every leaf recorded as a size read.
+  int64_t Concrete() {
+    if (kind_ == Kind::kFloat) return static_cast<int64_t>(float_);
+    if (kind_ == Kind::kBool) return Truth() ? 1 : 0;
+    ReadLeaves(expr_);
+    return hint_;
+  }
+  double AsDouble() { return kind_ == Kind::kFloat ? float_ : static_cast<double>(Concrete()); }
+  void ReadLeaves(const SymExpr& e) const {
+    TraceState* st = State();
+    if (st == nullptr) return;
+    for (int k : e.symbols()) {
+      const SymLeaf& leaf = st->graph->sym_leaves.at(k);
+      st->OnRead(leaf.value, MetadataRead::What::kSizes, leaf.dim);
+    }
+  }
+  // The answer of a bool; a comparison is recorded as a SymCheck the first time it is asked.
+  bool Truth() {
+    if (kind_ == Kind::kInt) return Concrete() != 0;
+    if (kind_ == Kind::kFloat) return float_ != 0;
+    if (check_ && !recorded_) {
+      recorded_ = true;
+      if (TraceState* st = State()) {
+        SymCheck c;
+        c.op = op_;
+        c.lhs = expr_;
+        c.rhs = rhs_;
+        c.result = hint_ != 0;
+        c.by = st->By();
+        if (std::find(st->graph->sym_checks.begin(), st->graph->sym_checks.end(), c) == st->graph->sym_checks.end()) {
+          st->graph->sym_checks.push_back(std::move(c));
+        }
+      }
+    }
+    return hint_ != 0;
+  }
+
+  c10::SymNode Arith(const c10::SymNode& other, char op) {
+    auto o = Of(other);
+    if (kind_ == Kind::kFloat || o->kind_ == Kind::kFloat) {
+      const double a = AsDouble(), b = o->AsDouble();
+      return Float(trace_id_, op == '+' ? a + b : op == '-' ? a - b : a * b);
+    }
+    if (kind_ == Kind::kBool || o->kind_ == Kind::kBool) {
+      const int64_t a = Concrete(), b = o->Concrete();
+      return Make(SymExpr(op == '+' ? a + b : op == '-' ? a - b : a * b), op == '+' ? a + b : op == '-' ? a - b : a * b);
+    }
+    switch (op) {
+      case '+': return Make(expr_ + o->expr_, hint_ + o->hint_);
+      case '-': return Make(expr_ - o->expr_, hint_ - o->hint_);
+      default: return Make(expr_ * o->expr_, hint_ * o->hint_);
+    }
+  }
+  // Floor division and modulo: an expression when the division is exact for every value of the
+  // leaves (then the remainder is 0), else the numbers.
+  c10::SymNode Divide(const c10::SymNode& other, bool mod) {
+    auto o = Of(other);
+    if (kind_ == Kind::kInt && o->kind_ == Kind::kInt && o->hint_ != 0) {
+      if (auto q = SymExpr::ExactDiv(expr_, o->expr_)) {
+        if (mod) return Make(SymExpr(0), 0);
+        return Make(*q, hint_ / o->hint_);
+      }
+    }
+    const int64_t a = Concrete(), b = o->Concrete();
+    if (b == 0) return Make(SymExpr(0), 0);  // ATen checks before it divides; no value to give
+    int64_t q = a / b, r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) {  // floor semantics
+      q -= 1;
+      r += b;
+    }
+    return mod ? Make(SymExpr(r), r) : Make(SymExpr(q), q);
+  }
+  c10::SymNode Compare(const c10::SymNode& other, SymCheck::Op op) {
+    auto o = Of(other);
+    if (kind_ != Kind::kInt || o->kind_ != Kind::kInt) {
+      const double a = AsDouble(), b = o->AsDouble();
+      return Bool(trace_id_, Holds(op, a, b));
+    }
+    const bool result = Holds(op, hint_, o->hint_);
+    const SymExpr diff = expr_ - o->expr_;
+    if (diff.is_constant()) return Bool(trace_id_, result);  // decided by algebra: no guard
+    return Check(trace_id_, op, expr_, o->expr_, result);
+  }
+  c10::SymNode MinMax(const c10::SymNode& other, bool max) {
+    auto o = Of(other);
+    if (kind_ != Kind::kInt || o->kind_ != Kind::kInt) {
+      const double a = AsDouble(), b = o->AsDouble();
+      return Float(trace_id_, max ? std::max(a, b) : std::min(a, b));
+    }
+    // Which one it is, as a comparison C++ made.
+    c10::intrusive_ptr<SymSize> self = c10::intrusive_ptr<SymSize>::reclaim_copy(this);
+    const bool first = c10::SymNode(Compare(other, max ? SymCheck::Op::kGe : SymCheck::Op::kLe))->guard_bool(__FILE__, __LINE__);
+    return first ? c10::SymNode(self) : c10::SymNode(o);
+  }
+  template <typename T>
+  static bool Holds(SymCheck::Op op, T a, T b) {
+    switch (op) {
+      case SymCheck::Op::kEq: return a == b;
+      case SymCheck::Op::kNe: return a != b;
+      case SymCheck::Op::kLt: return a < b;
+      case SymCheck::Op::kLe: return a <= b;
+      case SymCheck::Op::kGt: return a > b;
+      case SymCheck::Op::kGe: return a >= b;
+    }
+    return false;
+  }
+
+  uint64_t trace_id_;
+  Kind kind_;
+  SymExpr expr_;  // kInt: the value; a check: its lhs
+  SymExpr rhs_;   // a check: its rhs
+  int64_t hint_;  // kInt: the traced value; kBool: the answer
+  double float_ = 0;
+  bool check_ = false;
+  bool recorded_ = false;
+  SymCheck::Op op_ = SymCheck::Op::kEq;
+};
+#endif  // WARDEN_TORCH_AT_LEAST(2, 8)
 
 class WrapperImpl final : public c10::TensorImpl {
  public:
@@ -118,6 +424,7 @@ class WrapperImpl final : public c10::TensorImpl {
     return real_.sizes();
   }
   c10::SymIntArrayRef sym_sizes_custom() const override {
+    if (const std::vector<c10::SymInt>* s = SymbolicSizes()) return *s;
     Read(MetadataRead::What::kSizes);
     return real_.sym_sizes();
   }
@@ -130,6 +437,11 @@ class WrapperImpl final : public c10::TensorImpl {
     return real_.size(d);
   }
   c10::SymInt sym_size_custom(int64_t d) const override {
+    if (const std::vector<c10::SymInt>* s = SymbolicSizes()) {
+      const int64_t rank = static_cast<int64_t>(s->size());
+      const int64_t k = d < 0 ? d + rank : d;
+      if (k >= 0 && k < rank) return (*s)[k];
+    }
     ReadDim(d);
     return real_.sym_size(d);
   }
@@ -138,6 +450,11 @@ class WrapperImpl final : public c10::TensorImpl {
     return real_.numel();
   }
   c10::SymInt sym_numel_custom() const override {
+    if (const std::vector<c10::SymInt>* s = SymbolicSizes()) {
+      c10::SymInt n = 1;
+      for (const c10::SymInt& e : *s) n = n * e;
+      return n;
+    }
     Read(MetadataRead::What::kSizes);
     return real_.sym_numel();
   }
@@ -204,6 +521,35 @@ class WrapperImpl final : public c10::TensorImpl {
   void Read(MetadataRead::What what) const {
     if (TraceState* st = live_state()) st->OnRead(id_, what);
   }
+  // Note [Symbolic sizes]: this value's sizes as SymInts over its size leaves (sizes 0 and 1 as
+  // plain ints), or null where they are not handed out (the version, an abandoned attempt, after
+  // an observable write, or a wrapper whose real tensor was resized behind the trace's back).
+  const std::vector<c10::SymInt>* SymbolicSizes() const {
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+    TraceState* st = live_state();
+    if (st == nullptr || !st->symbolic_sizes || st->observable_write || st->backward_depth > 0) return nullptr;
+    const std::vector<int64_t>& meta = st->graph->value(id_).meta.sizes;
+    if (c10::IntArrayRef(meta) != real_.sizes()) return nullptr;
+    if (sym_sizes_.empty() || sym_sizes_id_ != id_) {
+      auto v = std::make_unique<std::vector<c10::SymInt>>();
+      for (size_t d = 0; d < meta.size(); ++d) {
+        if (meta[d] < 2) {
+          v->emplace_back(meta[d]);
+          continue;
+        }
+        const int leaf = st->Leaf(id_, static_cast<int>(d));
+        v->emplace_back(c10::SymNode(c10::make_intrusive<SymSize>(st->id, SymExpr::Symbol(leaf), meta[d])));
+      }
+      st->symbolic_handed_out = true;
+      // Earlier vectors stay alive: a kernel may still hold an ArrayRef into one.
+      sym_sizes_.push_back(std::move(v));
+      sym_sizes_id_ = id_;
+    }
+    return sym_sizes_.back().get();
+#else
+    return nullptr;
+#endif
+  }
   // size(d): only dim d is read (a negative d counts from the end, as ATen wraps it).
   void ReadDim(int64_t d) const {
     const int64_t rank = real_.dim();
@@ -216,6 +562,8 @@ class WrapperImpl final : public c10::TensorImpl {
   uint64_t trace_id_;
   ValueId id_;
   const torch::autograd::Node* mirrored_ = nullptr;
+  mutable std::vector<std::unique_ptr<std::vector<c10::SymInt>>> sym_sizes_;
+  mutable ValueId sym_sizes_id_ = kNoValue;
 };
 
 void AbandonForGradAccess(const WrapperImpl& w, bool write);
@@ -318,6 +666,72 @@ bool IsOptionalTensorList(const c10::IValue& v) {
   return v.toListRef().size() > 0;
 }
 
+// Note [Symbolic sizes]: a kernel that cannot take a symbolic SymInt refused one.
+bool IsSymbolicRefusal(const c10::Error& e) {
+  const std::string msg = e.what_without_backtrace();
+  return msg.find("expected to contain only concrete integers") != std::string::npos ||
+         msg.find("expected int but got") != std::string::npos || msg.find("NYI") != std::string::npos;
+}
+
+// Composites that refused a symbolic argument: later traces concretize their arguments first.
+std::mutex refusing_mu;
+std::set<std::string>& RefusingComposites() {
+  static auto* ops = new std::set<std::string>();
+  return *ops;
+}
+bool RefusesSymbolic(const std::string& op) {
+  std::lock_guard<std::mutex> lock(refusing_mu);
+  return RefusingComposites().count(op) > 0;
+}
+void AddRefusing(const std::string& op) {
+  std::lock_guard<std::mutex> lock(refusing_mu);
+  RefusingComposites().insert(op);
+}
+
+// Replaces symbolic SymInts (and SymFloat/SymBool) in an op argument by their traced values.
+// With `elems`, elements that are expressions over this trace's size leaves are appended to it
+// (Note [Symbolic sizes]); everything else is concretized as guard_int() does, with its reads.
+bool HasSymbolic(const c10::IValue& iv) {
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+  if (iv.isSymInt() || iv.isSymFloat() || iv.isSymBool()) return true;
+  if (iv.isSymIntList()) {
+    for (const c10::SymInt& v : iv.toSymIntList()) {
+      if (v.is_heap_allocated()) return true;
+    }
+  }
+#endif
+  return false;
+}
+void ConcretizeSymbolic(c10::IValue& iv, std::vector<SymElem>* elems) {
+#if WARDEN_TORCH_AT_LEAST(2, 8)
+  if (!HasSymbolic(iv)) return;
+  auto one = [&](const c10::SymInt& v, int elem) -> int64_t {
+    SymExpr e;
+    int64_t hint = 0;
+    if (elems != nullptr && SymSize::Unpack(v, &e, &hint)) {
+      if (!e.is_constant()) elems->push_back({elem, e});
+      return hint;
+    }
+    return SymSize::ConcreteOf(v);
+  };
+  if (iv.isSymInt()) {
+    iv = one(iv.toSymInt(), -1);
+  } else if (iv.isSymFloat()) {
+    iv = iv.toSymFloat().guard_float(__FILE__, __LINE__);
+  } else if (iv.isSymBool()) {
+    iv = iv.toSymBool().guard_bool(__FILE__, __LINE__);
+  } else {
+    std::vector<int64_t> ints;
+    int k = 0;
+    for (const c10::SymInt& v : iv.toSymIntList()) ints.push_back(one(v, k++));
+    iv = c10::IValue(ints);
+  }
+#else
+  (void)iv;
+  (void)elems;
+#endif
+}
+
 // Records argument `iv` into `arg` and replaces wrappers in `iv` by their real tensors.
 void RecordArg(TraceState& st, c10::IValue& iv, NodeArg& arg, std::vector<ValueId>& tensor_inputs,
                std::vector<at::Tensor>& real_inputs) {
@@ -370,6 +784,7 @@ void RecordArg(TraceState& st, c10::IValue& iv, NodeArg& arg, std::vector<ValueI
     return;
   }
   arg.kind = NodeArg::Kind::kConstant;
+  ConcretizeSymbolic(iv, &arg.sym_elems);
   arg.constant = iv;
 }
 
@@ -681,6 +1096,8 @@ void PassThrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         reals.push_back(w != nullptr ? w->real() : e.toTensor());
       }
       iv = reals;
+    } else {
+      ConcretizeSymbolic(iv, nullptr);
     }
   }
   c10::impl::ExcludeDispatchKeyGuard exclude(kTraceKey);
@@ -777,6 +1194,35 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       TraceState* st;
       ~Pop() { st->composite_stack.pop_back(); }
     } pop{st};
+    // Note [Symbolic sizes]: a composite whose kernel takes IntArrayRef behind a SymInt[] schema
+    // refuses symbolic arguments as it unpacks them, before it runs an op: retried with them
+    // concretized (and remembered). A refusal after it recorded ops fails the whole attempt.
+    bool symbolic = false;
+    for (size_t i = stack->size() - num_args; i < stack->size(); ++i) symbolic |= HasSymbolic((*stack)[i]);
+    if (symbolic && RefusesSymbolic(name)) {
+      for (size_t i = stack->size() - num_args; i < stack->size(); ++i) ConcretizeSymbolic((*stack)[i], nullptr);
+      symbolic = false;
+    }
+    if (!symbolic) {
+      op.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, *stack);
+      return;
+    }
+    const std::vector<c10::IValue> saved(stack->end() - num_args, stack->end());
+    const size_t base = stack->size() - num_args;
+    const size_t nodes_before = st->graph->nodes.size();
+    try {
+      op.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, *stack);
+      return;
+    } catch (const c10::Error& e) {
+      if (!IsSymbolicRefusal(e)) throw;
+      AddRefusing(name);
+      if (st->graph->nodes.size() != nodes_before || stack->size() < base) throw;
+    }
+    stack->resize(base);
+    for (c10::IValue v : saved) {
+      ConcretizeSymbolic(v, nullptr);
+      stack->push_back(std::move(v));
+    }
     op.callBoxedForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd, *stack);
     return;
   }
@@ -973,11 +1419,15 @@ bool IsTracing() { return current_state != nullptr; }
 
 uint64_t OpsSeen() { return ops_seen.load(std::memory_order_relaxed); }
 
-TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
-                  const std::vector<std::string>& arg_names, bool verification,
-                  const std::map<int, c10::IValue>* scalar_overrides) {
+// Thrown out of an attempt whose function failed on a symbolic size (Note [Symbolic sizes]).
+struct SymbolicRefused {};
+
+TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& args,
+                         const std::vector<std::string>& arg_names, bool verification,
+                         const std::map<int, c10::IValue>* scalar_overrides, bool symbolic_sizes) {
   auto state = std::make_unique<TraceState>();
   state->verification = verification;
+  state->symbolic_sizes = symbolic_sizes;
   if (verification) state->scalar_overrides = scalar_overrides;
   Graph& g = *state->graph;
   g.arg_names = arg_names;
@@ -1053,6 +1503,9 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
       return abandoned();
     } catch (const c10::Error& e) {
       if (!state->abort_reason.empty()) return abandoned();
+      // Sizes are handed out symbolically only until the first observable write, so the function
+      // can run again from the start with plain sizes.
+      if (state->symbolic_handed_out && !state->observable_write && IsSymbolicRefusal(e)) throw SymbolicRefused();
       if (!IsRawDataAccess(e)) throw;
       const std::string what =
           "reads raw data of a traced tensor (data_ptr(), accessor(), printing); only item() and "
@@ -1097,6 +1550,24 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
   result.rule_mismatches = state->rule_mismatches;
   result.graph = state->graph;
   return result;
+}
+
+TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
+                  const std::vector<std::string>& arg_names, bool verification,
+                  const std::map<int, c10::IValue>* scalar_overrides) {
+  // WARDEN_SYMBOLIC_SIZES=0 hands out plain sizes (to measure what symbolic ones save).
+  static const bool symbolic = [] {
+    const char* v = std::getenv("WARDEN_SYMBOLIC_SIZES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!symbolic) return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, false);
+  try {
+    return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, /*symbolic_sizes=*/true);
+  } catch (const SymbolicRefused&) {
+    // C++ the trace ran needed a plain int where it had a symbolic one: again, with plain sizes
+    // (every size it reads then is an ordinary read).
+    return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, /*symbolic_sizes=*/false);
+  }
 }
 
 }  // namespace warden::tracer

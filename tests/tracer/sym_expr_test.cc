@@ -51,6 +51,15 @@ TEST(SymExprTest, SubstituteAndEvaluate) {
   EXPECT_EQ(e.symbols(), (std::vector<int>{0, 1, 2}));
 }
 
+// Map replaces every symbol at once: swapping s0 and s1 is not two substitutions that clash
+// (size leaves map to size symbols this way, Note [Symbolic sizes]).
+TEST(SymExprTest, MapReplacesAllSymbolsAtOnce) {
+  SymExpr e = s0 * s0 * 2 + s1 * 3 + 5;
+  EXPECT_EQ(e.Map([](int k) { return SymExpr::Symbol(1 - k); }), s1 * s1 * 2 + s0 * 3 + 5);
+  EXPECT_EQ(e.Map([](int k) { return k == 0 ? s2 * 4 : SymExpr(7); }), s2 * s2 * 32 + 26);
+  EXPECT_EQ(SymExpr(9).Map([](int) { return s0; }), SymExpr(9));
+}
+
 TEST(SymExprTest, PrintsHighestDegreeFirstWithNames) {
   EXPECT_EQ((s0 * s1 + s0 * 2 + 1).ToString(), "s0*s1 + 2*s0 + 1");
   EXPECT_EQ((s1 - s0 * 3).ToString(), "-3*s0 + s1");
