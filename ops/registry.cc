@@ -21,6 +21,7 @@ const std::vector<Shape>& ShapeContext::shapes(size_t i) const {
 }
 
 int64_t ShapeContext::Int(size_t i) const {
+  Took(i, kTakenAsInts);
   if (i >= args_.size()) return 0;
   const c10::IValue& v = args_[i].constant;
   if (v.isInt()) return v.toInt();
@@ -33,6 +34,11 @@ int64_t ShapeContext::Int(size_t i) const {
 }
 
 std::vector<int64_t> ShapeContext::Ints(size_t i) const {
+  Took(i, kTakenAsInts);
+  return IntsOf(i);
+}
+
+std::vector<int64_t> ShapeContext::IntsOf(size_t i) const {
   if (i >= args_.size()) return {};
   const c10::IValue& v = args_[i].constant;
   if (v.isIntList()) return v.toIntVector();
@@ -41,12 +47,14 @@ std::vector<int64_t> ShapeContext::Ints(size_t i) const {
 }
 
 std::vector<Dim> ShapeContext::Dims(size_t i) const {
+  Took(i, kTakenAsSizes);
   if (i < args_.size() && !args_[i].dims.empty()) return args_[i].dims;
-  const std::vector<int64_t> ints = Ints(i);
+  const std::vector<int64_t> ints = IntsOf(i);
   return std::vector<Dim>(ints.begin(), ints.end());
 }
 
 bool ShapeContext::Bool(size_t i) const {
+  Took(i, kTakenAsInts);
   if (i >= args_.size()) return false;
   const c10::IValue& v = args_[i].constant;
   if (v.isBool()) return v.toBool();

@@ -62,7 +62,10 @@ class ShapeContext {
 
   const std::string& op() const { return op_; }
   size_t num_args() const { return args_.size(); }
-  const Arg& arg(size_t i) const { return args_.at(i); }
+  const Arg& arg(size_t i) const {  // its constant as traced: taken as integers
+    Took(i, kTakenAsInts);
+    return args_.at(i);
+  }
   bool is_tensor(size_t i) const { return i < args_.size() && args_[i].kind == Arg::Kind::kTensor; }
   bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == Arg::Kind::kNone; }
   const Shape& shape(size_t i) const;                 // requires is_tensor(i)
@@ -75,6 +78,11 @@ class ShapeContext {
   // their result static where it should not be: Note [Verified size reads] checks for that).
   std::vector<Dim> Dims(size_t i) const;
   bool Bool(size_t i) const;
+  // Whether the rule took argument i as sizes (Dims) and never as traced integers (Int, Ints,
+  // Bool): only then can symbolic elements of it become run-time sizes (Note [Symbolic sizes]).
+  bool TakenOnlyAsSizes(size_t i) const {
+    return i < taken_.size() && taken_[i] == kTakenAsSizes;
+  }
 
   // Records that the op needs a == b (broadcast, inner dims of matmul, ...). With concrete sizes
   // this checks; symbolic sizes turn it into a guard with `why` as provenance.
@@ -84,9 +92,17 @@ class ShapeContext {
   SymbolicFacts* facts() const { return facts_; }
 
  private:
+  enum : uint8_t { kTakenAsSizes = 1, kTakenAsInts = 2 };
+  std::vector<int64_t> IntsOf(size_t i) const;  // Ints without marking
+  void Took(size_t i, uint8_t how) const {
+    if (taken_.size() < args_.size()) taken_.resize(args_.size(), 0);
+    if (i < taken_.size()) taken_[i] |= how;
+  }
+
   std::string op_;
   std::vector<Arg> args_;
   SymbolicFacts* facts_ = nullptr;
+  mutable std::vector<uint8_t> taken_;
 };
 
 // Output shapes, one per tensor the op returns (a Tensor[] return contributes one per element).

@@ -192,6 +192,7 @@ struct Round {
     }
     std::vector<ShapeContext::Arg> args;
     bool symbolic = false;
+    std::vector<int> computed_args;  // arguments with elements computed from symbolic sizes
     for (const NodeArg& a : n.args) {
       ShapeContext::Arg s;
       switch (a.kind) {
@@ -240,6 +241,7 @@ struct Round {
                 out.run_time_sizes[{n.index, static_cast<int>(&a - n.args.data())}].push_back(ref);
                 s.dims[e.elem < 0 ? 0 : e.elem] = d;
                 symbolic = true;
+                computed_args.push_back(static_cast<int>(&a - n.args.data()));
               }
             }
           }
@@ -281,6 +283,15 @@ struct Round {
       specialize_inputs(absl::StrCat("input of ", at, ", whose shape rule ",
                                      shapes.ok() ? "disagreed with ATen" : "failed symbolically"));
       return;
+    }
+    // A run-time size the rule took as a traced integer (narrow's length, a scalar) would leave
+    // the output shape traced while the argument follows the call: those elements specialize.
+    for (int i : computed_args) {
+      if (ctx.TakenOnlyAsSizes(static_cast<size_t>(i))) continue;
+      out.run_time_sizes.erase({n.index, i});
+      for (const tracer::SymElem& e : n.args[i].sym_elems) {
+        SpecializeAll({InSymbols(e.expr)}, absl::StrCat("argument ", i, " of ", at, ", computed from sizes, which its shape rule takes as a traced integer"));
+      }
     }
     for (size_t i = 0; i < outs.size(); ++i) out.shapes[outs[i]] = (*shapes)[i];
     for (auto& r : local.requirements) {

@@ -139,4 +139,39 @@ TEST(SymbolicSizes, CodeThatNeedsPlainIntsStillRuns) {
   }
 }
 
+// An argument computed from a symbolic size that the op's shape rule takes as a traced integer
+// (narrow's length) must not become a run-time size while the output shape stays the traced one:
+// it specializes, and every length gives eager's result.
+TEST(SymbolicSizes, SizeTakenAsATracedIntegerSpecializes) {
+  auto y = torch::randn({12, 3});
+  auto fn = [y](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor& x = a[0].toTensor();
+    return {y.narrow_symint(0, 0, x.sym_size(0)) * 2 + x};
+  };
+  for (const char* backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    auto f = warden::compile(fn, Auto(backend));
+    Sweep(f, fn, 7, {3});
+    EXPECT_EQ(f.stats().eager_calls, 0);
+  }
+}
+
+// A size that is 1 at the traced sizes but symbolic in the graph (conv1d with kernel 3: s - 2, 1
+// at s = 3) is read when C++ looks at it: the branch on it is guarded, not baked in.
+TEST(SymbolicSizes, IntermediateSizeOfOneIsRead) {
+  auto w = torch::randn({2, 1, 3});
+  auto fn = [w](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    at::Tensor y = at::conv1d(a[0].toTensor(), w);
+    if (y.sym_size(-1) == 1) return {y * 2};
+    return {y * 3};
+  };
+  warden::Options o = Auto("aten");
+  o.dynamic = warden::Dynamic::kDynamic;
+  auto f = warden::compile(fn, o);
+  for (int64_t len : {3, 10, 3, 6, 4}) {
+    auto x = torch::randn({2, 1, len});
+    ExpectSame(f({x}), fn({x}));
+  }
+}
+
 }  // namespace

@@ -120,10 +120,16 @@ thread_local TraceState* current_state = nullptr;
 //   - anything else that needs the number (guard_int, a non-exact division, a float, a node this
 //     trace does not own) records an ordinary size read of every leaf involved: what a plain
 //     sizes() read records, so nothing is assumed that is not guarded.
+// An op argument computed from symbolic sizes becomes a run-time size only where the op's shape
+// rule takes it as sizes (ShapeContext::Dims) and it is k * one size symbol; otherwise its sizes
+// specialize. Sizes 0 and 1 are plain ints, read (an intermediate's 1 may be an expression).
 // Kernels that cannot take a symbolic SymInt (an IntArrayRef kernel behind a SymInt[] schema
 // unpacks it with asIntArrayRefSlow and throws) are retried with the values concretized, see
-// Fallback. Sizes 0 and 1 stay plain ints (they always specialize). Before 2.8, and after a
-// kernel refused a symbolic value in a way the retry could not undo, reads are the plain reads.
+// Fallback; any error escaping the function while symbolic sizes are out retakes the whole trace
+// with plain sizes (an error eager raises too is raised by that attempt). Sizes are handed out
+// symbolically only until the first write to an argument or captured tensor (the point after
+// which the function could not run again); after it, a symbolic value asked for its number gives
+// it, read. Before 2.8 every read is a plain read.
 class SymSize final : public c10::SymNodeImpl {
  public:
   enum class Kind : uint8_t { kInt, kBool, kFloat };
@@ -226,7 +232,13 @@ class SymSize final : public c10::SymNodeImpl {
     if (kind_ == Kind::kBool && !check_) return hint_ != 0;
     return std::nullopt;
   }
-  std::optional<int64_t> maybe_as_int() override { return constant_int(); }
+  // After an observable write a refusal could no longer be retried (Trace): the number, read.
+  std::optional<int64_t> maybe_as_int() override {
+    if (auto c = constant_int()) return c;
+    TraceState* st = State();
+    if (kind_ == Kind::kInt && st != nullptr && st->observable_write) return Concrete();
+    return std::nullopt;
+  }
   std::string str() override {
     if (kind_ == Kind::kFloat) return absl::StrCat(float_);
     return absl::StrCat(expr_.ToString(), " (traced ", hint_, ")");
@@ -534,6 +546,9 @@ class WrapperImpl final : public c10::TensorImpl {
       auto v = std::make_unique<std::vector<c10::SymInt>>();
       for (size_t d = 0; d < meta.size(); ++d) {
         if (meta[d] < 2) {
+          // 0 and 1 as plain ints, read: an input's always specialize, but an intermediate's
+          // may be an expression that is 1 only at these sizes (conv's s - 2 at s = 3).
+          st->OnRead(id_, MetadataRead::What::kSizes, static_cast<int>(d));
           v->emplace_back(meta[d]);
           continue;
         }
@@ -1505,7 +1520,9 @@ TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& arg
       if (!state->abort_reason.empty()) return abandoned();
       // Sizes are handed out symbolically only until the first observable write, so the function
       // can run again from the start with plain sizes.
-      if (state->symbolic_handed_out && !state->observable_write && IsSymbolicRefusal(e)) throw SymbolicRefused();
+      // Any error, not only a refusal: kernels may misread a symbolic size in ways that do not
+      // say so (at::TensorGeometry of a wrapper); an error eager raises too is raised again.
+      if (state->symbolic_handed_out && !state->observable_write) throw SymbolicRefused();
       if (!IsRawDataAccess(e)) throw;
       const std::string what =
           "reads raw data of a traced tensor (data_ptr(), accessor(), printing); only item() and "
