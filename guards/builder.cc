@@ -103,6 +103,8 @@ std::vector<std::string> FirstUse(const Graph& g) {
     }
   }
   for (ValueId id : g.outputs) mark(id, "returned as an output");
+  // C++ computed op arguments or comparisons from its symbolic sizes (Note [Symbolic sizes]).
+  for (const tracer::SymLeaf& l : g.sym_leaves) mark(l.value, "its sizes were taken symbolically by C++");
   return use;
 }
 
