@@ -161,12 +161,13 @@ struct Round {
       if (r.kind == tracer::NodeReturn::Kind::kScalar) continue;
       outs.insert(outs.end(), r.values.begin(), r.values.end());
     }
+    // Integers of argument `i` computed from symbolic sizes stay the traced ones.
+    auto specialize_elems_of = [&](int i, const std::string& why) {
+      out.run_time_sizes.erase({n.index, i});
+      for (const tracer::SymElem& e : n.args[i].sym_elems) SpecializeAll({InSymbols(e.expr)}, why);
+    };
     auto specialize_elems = [&](const std::string& why) {
-      out.run_time_sizes.erase(out.run_time_sizes.lower_bound({n.index, 0}),
-                               out.run_time_sizes.lower_bound({n.index + 1, 0}));
-      for (const NodeArg& a : n.args) {
-        for (const tracer::SymElem& e : a.sym_elems) SpecializeAll({InSymbols(e.expr)}, why);
-      }
+      for (size_t i = 0; i < n.args.size(); ++i) specialize_elems_of(static_cast<int>(i), why);
     };
     auto specialize_inputs = [&](const std::string& why) {
       for (const NodeArg& a : n.args) {
@@ -194,7 +195,14 @@ struct Round {
     bool symbolic = false;
     std::vector<int> computed_args;  // arguments with elements computed from symbolic sizes
     for (const NodeArg& a : n.args) {
+      const int index = static_cast<int>(&a - n.args.data());
       ShapeContext::Arg s;
+      auto traced_dims = [&] {  // every element as a Dim, at its traced value
+        if (!s.dims.empty()) return;
+        std::vector<int64_t> ints = a.constant.isIntList() ? a.constant.toIntVector()
+                                                           : std::vector<int64_t>{a.constant.toInt()};
+        s.dims.assign(ints.begin(), ints.end());
+      };
       switch (a.kind) {
         case NodeArg::Kind::kConstant:
           if (a.constant.isNone() || (a.constant.isTensor() && !a.constant.toTensor().defined())) {
@@ -204,9 +212,7 @@ struct Round {
             s.constant = a.constant;
             if (!a.sizes_of.empty()) {
               // Argument sizes at run time: the symbol of that dim where it has one.
-              std::vector<int64_t> ints = a.constant.isIntList() ? a.constant.toIntVector()
-                                                                 : std::vector<int64_t>{a.constant.toInt()};
-              s.dims.assign(ints.begin(), ints.end());
+              traced_dims();
               for (const tracer::SizeRef& ref : a.sizes_of) {
                 auto it = symbol_of.find({ref.arg, ref.dim});
                 if (it == symbol_of.end() || specialized.count(it->second)) continue;
@@ -216,21 +222,17 @@ struct Round {
             }
             if (!a.sym_elems.empty()) {
               // Computed by C++ from symbolic sizes: run-time sizes where that is k * symbol.
-              if (s.dims.empty()) {
-                std::vector<int64_t> ints = a.constant.isIntList() ? a.constant.toIntVector()
-                                                                   : std::vector<int64_t>{a.constant.toInt()};
-                s.dims.assign(ints.begin(), ints.end());
-              }
+              traced_dims();
               for (const tracer::SymElem& e : a.sym_elems) {
                 const Dim d = InSymbols(e.expr);
                 if (d.is_constant()) continue;
                 const std::vector<int> syms = d.symbols();
+                // ExactDiv is exact for every value of the symbols: d == k * symbol.
                 std::optional<Dim> k =
                     syms.size() == 1 ? Dim::ExactDiv(d, Dim::Symbol(syms[0])) : std::nullopt;
-                if (!k.has_value() || !k->is_constant() || k->constant() < 1 || !(*k * Dim::Symbol(syms[0]) == d)) {
-                  SpecializeAll({d}, absl::StrCat("argument ", &a - n.args.data(), " of ", at,
-                                                  ", computed from sizes as ", d.ToString(),
-                                                  ", which is not a multiple of one size"));
+                if (!k.has_value() || !k->is_constant() || k->constant() < 1) {
+                  SpecializeAll({d}, absl::StrCat("argument ", index, " of ", at, ", computed from sizes as ",
+                                                  d.ToString(), ", which is not a multiple of one size"));
                   continue;
                 }
                 tracer::SizeRef ref;
@@ -238,10 +240,10 @@ struct Round {
                 ref.arg = symbols[syms[0]].arg;
                 ref.dim = symbols[syms[0]].dim;
                 ref.scale = k->constant();
-                out.run_time_sizes[{n.index, static_cast<int>(&a - n.args.data())}].push_back(ref);
+                out.run_time_sizes[{n.index, index}].push_back(ref);
                 s.dims[e.elem < 0 ? 0 : e.elem] = d;
                 symbolic = true;
-                computed_args.push_back(static_cast<int>(&a - n.args.data()));
+                computed_args.push_back(index);
               }
             }
           }
@@ -288,10 +290,8 @@ struct Round {
     // the output shape traced while the argument follows the call: those elements specialize.
     for (int i : computed_args) {
       if (ctx.TakenOnlyAsSizes(static_cast<size_t>(i))) continue;
-      out.run_time_sizes.erase({n.index, i});
-      for (const tracer::SymElem& e : n.args[i].sym_elems) {
-        SpecializeAll({InSymbols(e.expr)}, absl::StrCat("argument ", i, " of ", at, ", computed from sizes, which its shape rule takes as a traced integer"));
-      }
+      specialize_elems_of(i, absl::StrCat("argument ", i, " of ", at,
+                                          ", computed from sizes, which its shape rule takes as a traced integer"));
     }
     for (size_t i = 0; i < outs.size(); ++i) out.shapes[outs[i]] = (*shapes)[i];
     for (auto& r : local.requirements) {

@@ -769,16 +769,14 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
         for (const auto& [k, reader] : shapes.read_symbols) pending_reads.insert(k);
       }
       if (entry->verified != nullptr) {
-        entry->graph = trace.graph;  // the generalized graph (its op arguments read sizes at run time)
-        in.graph = trace.graph.get();
-        in.strides_verified = !shapes.stride_read.empty();
+        in.strides_verified = !shapes.stride_read.empty();  // trace.graph is the generalized graph
       } else {
         shapes = ops::PropagateShapes(*trace.graph, trace.reads, dynamic);
         if (!why.empty()) verify_note = absl::StrCat(verify_note.empty() ? "" : verify_note + "; ", why);
       }
     }
-    // Op arguments C++ computed from symbolic sizes read the sizes at run time (Note [Symbolic
-    // sizes] in tracer/tracer.cc).
+    // The entry's graph: the generalized one where reads were verified, with the op arguments C++
+    // computed from symbolic sizes read at run time (Note [Symbolic sizes] in tracer/tracer.cc).
     trace.graph = ops::WithRunTimeSizes(trace.graph, shapes);
     entry->graph = trace.graph;
     in.graph = trace.graph.get();

@@ -27,14 +27,9 @@ std::vector<at::Tensor> AddMul(const std::vector<c10::IValue>& a) {
   return {(a[0].toTensor() + a[1].toTensor()).relu() * 3};
 }
 
+using warden::test_util::AutoOn;
 using warden::test_util::ExpectSame;
 using warden::test_util::SweepFirstDim;
-
-warden::Options AutoOn(const char* backend) {
-  warden::Options o = Mode(warden::Dynamic::kAuto);
-  o.backend = backend;
-  return o;
-}
 
 
 TEST(Dynamic, AutomaticDynamicAfterOneSizeChange) {

@@ -1,4 +1,5 @@
-// Helpers for the dynamic-shape tests: results equal eager's, and a sweep over the first dim.
+// Helpers for the dynamic-shape tests: kAuto options, results equal eager's, a sweep over the
+// first dim.
 #ifndef WARDEN_TESTS_SWEEP_H_
 #define WARDEN_TESTS_SWEEP_H_
 
@@ -10,6 +11,15 @@
 #include "runtime/warden.h"
 
 namespace warden::test_util {
+
+// kAuto on `backend`, named "fn".
+inline warden::Options AutoOn(const char* backend) {
+  warden::Options o;
+  o.name = "fn";
+  o.backend = backend;
+  o.dynamic = warden::Dynamic::kAuto;
+  return o;
+}
 
 inline void ExpectSame(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
   ASSERT_EQ(got.size(), want.size());

@@ -17,18 +17,18 @@ using ::testing::HasSubstr;
 
 constexpr bool kSymbolic = WARDEN_TORCH_AT_LEAST(2, 8);
 
-warden::Options Auto(const char* backend, const std::string& name = "fn") {
-  warden::Options o;
-  o.name = name;
-  o.backend = backend;
-  o.dynamic = warden::Dynamic::kAuto;
-  return o;
-}
-
+using warden::test_util::AutoOn;
 using warden::test_util::ExpectSame;
+using warden::test_util::SweepFirstDim;
 
-void Sweep(warden::CompiledFunction& f, const warden::Fn& fn, int64_t max_n, const std::vector<int64_t>& rest) {
-  warden::test_util::SweepFirstDim(f, fn, max_n, rest);
+// The sweep on both backends: results equal eager's and no call runs eagerly.
+void SweepBothBackends(const warden::Fn& fn, int64_t max_n, const std::vector<int64_t>& rest) {
+  for (const char* backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    auto f = warden::compile(fn, AutoOn(backend));
+    SweepFirstDim(f, fn, max_n, rest);
+    EXPECT_EQ(f.stats().eager_calls, 0);
+  }
 }
 
 // C++ written with sym_size(): the view's size is the argument's at run time, so after the one
@@ -41,8 +41,8 @@ TEST(SymbolicSizes, SymSizeInAViewFollowsTheBatch) {
   };
   for (const char* backend : {"aten", "cpp"}) {
     SCOPED_TRACE(backend);
-    auto f = warden::compile(fn, Auto(backend));
-    Sweep(f, fn, 12, {4, 3});
+    auto f = warden::compile(fn, AutoOn(backend));
+    SweepFirstDim(f, fn, 12, {4, 3});
     const warden::Stats s = f.stats();
     EXPECT_EQ(s.compiles, 2);
     EXPECT_EQ(s.eager_calls, 0);
@@ -65,7 +65,7 @@ TEST(SymbolicSizes, ComparisonThatHeldIsAGuard) {
     if (x.sym_size(0) == y.sym_size(0)) return {x * 2, y * 3};
     return {x.sum(0), y - 1};
   };
-  auto f = warden::compile(fn, Auto("aten"));
+  auto f = warden::compile(fn, AutoOn("aten"));
   for (int64_t n : {2, 3, 4, 5, 6}) {
     auto x = torch::randn({n, 3}), y = torch::randn({n, 3});
     ExpectSame(f({x, y}), fn({x, y}));
@@ -94,12 +94,7 @@ TEST(SymbolicSizes, UndecidedComparisonReadsTheSize) {
     if (x.sym_size(0) > 5) return {x * 2};
     return {x * 3};
   };
-  for (const char* backend : {"aten", "cpp"}) {
-    SCOPED_TRACE(backend);
-    auto f = warden::compile(fn, Auto(backend));
-    Sweep(f, fn, 9, {3});
-    EXPECT_EQ(f.stats().eager_calls, 0);
-  }
+  SweepBothBackends(fn, 9, {3});
 }
 
 // Algebra decides what holds for every size: the product of the sizes equals numel, a size times
@@ -113,8 +108,8 @@ TEST(SymbolicSizes, ComparisonsDecidedByAlgebraCostNothing) {
     TORCH_CHECK(x.sym_numel() % n == 0, "multiple");
     return {x.reshape_symint({n, -1}).exp()};
   };
-  auto f = warden::compile(fn, Auto("aten"));
-  Sweep(f, fn, 8, {3});
+  auto f = warden::compile(fn, AutoOn("aten"));
+  SweepFirstDim(f, fn, 8, {3});
   EXPECT_EQ(f.stats().compiles, 2);
   EXPECT_EQ(f.stats().eager_calls, 0);
   if (kSymbolic) {
@@ -137,8 +132,8 @@ TEST(SymbolicSizes, CodeThatNeedsPlainIntsStillRuns) {
     return {x.view({n, -1}) * static_cast<double>(n)};
   };
   for (const warden::Fn& fn : {warden::Fn(guarded), warden::Fn(expecting)}) {
-    auto f = warden::compile(fn, Auto("aten"));
-    Sweep(f, fn, 6, {2, 2});
+    auto f = warden::compile(fn, AutoOn("aten"));
+    SweepFirstDim(f, fn, 6, {2, 2});
     EXPECT_EQ(f.stats().eager_calls, 0);
   }
 }
@@ -158,12 +153,7 @@ TEST(SymbolicSizes, SizeTakenAsATracedIntegerSpecializes) {
     if (z.size(0) == 2) return {z * 2};  // a plain read of the narrowed size
     return {z * 3};
   };
-  for (const char* backend : {"aten", "cpp"}) {
-    SCOPED_TRACE(backend);
-    auto f = warden::compile(fn, Auto(backend));
-    Sweep(f, fn, 7, {3});
-    EXPECT_EQ(f.stats().eager_calls, 0);
-  }
+  SweepBothBackends(fn, 7, {3});
 }
 
 // A size that is 1 at the traced sizes but symbolic in the graph (conv1d with kernel 4 and
@@ -176,7 +166,7 @@ TEST(SymbolicSizes, IntermediateSizeOfOneIsRead) {
     if (y.sym_size(-1) == 1) return {y * 2};
     return {y * 3};
   };
-  warden::Options o = Auto("aten");
+  warden::Options o = AutoOn("aten");
   o.dynamic = warden::Dynamic::kDynamic;
   auto f = warden::compile(fn, o);
   for (int64_t len : {2, 10, 2, 6, 4}) {

@@ -76,7 +76,7 @@ struct TraceState {
   bool verification = false;     // Trace(..., verification): no observable effect may run
   const std::map<int, c10::IValue>* scalar_overrides = nullptr;  // verification only
   std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers
-  // Note [Symbolic sizes]: hand out symbolic sizes (off after a kernel refused them, below).
+  // Note [Symbolic sizes]: hand out symbolic sizes (off in an attempt retaken with plain sizes).
   bool symbolic_sizes = true;
   bool symbolic_handed_out = false;
   std::map<std::pair<ValueId, int>, int> leaf_index;
@@ -136,18 +136,19 @@ class SymSize final : public c10::SymNodeImpl {
 
   SymSize(uint64_t trace_id, SymExpr expr, int64_t hint)
       : trace_id_(trace_id), kind_(Kind::kInt), expr_(std::move(expr)), hint_(hint) {}
-  static c10::SymNode Bool(uint64_t trace_id, bool value) {
+  static c10::intrusive_ptr<SymSize> Bool(uint64_t trace_id, bool value) {
     auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), value ? 1 : 0);
     n->kind_ = Kind::kBool;
     return n;
   }
-  static c10::SymNode Float(uint64_t trace_id, double value) {
+  static c10::intrusive_ptr<SymSize> Float(uint64_t trace_id, double value) {
     auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), 0);
     n->kind_ = Kind::kFloat;
     n->float_ = value;
     return n;
   }
-  static c10::SymNode Check(uint64_t trace_id, SymCheck::Op op, SymExpr lhs, SymExpr rhs, bool result) {
+  static c10::intrusive_ptr<SymSize> Check(uint64_t trace_id, SymCheck::Op op, SymExpr lhs, SymExpr rhs,
+                                           bool result) {
     auto n = c10::make_intrusive<SymSize>(trace_id, SymExpr(0), result ? 1 : 0);
     n->kind_ = Kind::kBool;
     n->check_ = true;
@@ -276,8 +277,8 @@ class SymSize final : public c10::SymNodeImpl {
     if (auto* n = dynamic_cast<SymSize*>(other.get()); n != nullptr && n->trace_id_ == trace_id_) {
       return c10::intrusive_ptr<SymSize>::reclaim_copy(n);
     }
-    if (other->is_bool()) return c10::intrusive_ptr<SymSize>::reclaim_copy(static_cast<SymSize*>(Bool(trace_id_, other->guard_bool(__FILE__, __LINE__)).get()));
-    if (other->is_float()) return c10::intrusive_ptr<SymSize>::reclaim_copy(static_cast<SymSize*>(Float(trace_id_, other->guard_float(__FILE__, __LINE__)).get()));
+    if (other->is_bool()) return Bool(trace_id_, other->guard_bool(__FILE__, __LINE__));
+    if (other->is_float()) return Float(trace_id_, other->guard_float(__FILE__, __LINE__));
     const int64_t v = other->guard_int(__FILE__, __LINE__);
     return c10::make_intrusive<SymSize>(trace_id_, SymExpr(v), v);
   }
@@ -327,7 +328,8 @@ class SymSize final : public c10::SymNodeImpl {
     }
     if (kind_ == Kind::kBool || o->kind_ == Kind::kBool) {
       const int64_t a = Concrete(), b = o->Concrete();
-      return Make(SymExpr(op == '+' ? a + b : op == '-' ? a - b : a * b), op == '+' ? a + b : op == '-' ? a - b : a * b);
+      const int64_t v = op == '+' ? a + b : op == '-' ? a - b : a * b;
+      return Make(SymExpr(v), v);
     }
     switch (op) {
       case '+': return Make(expr_ + o->expr_, hint_ + o->hint_);
@@ -372,9 +374,8 @@ class SymSize final : public c10::SymNodeImpl {
       return Float(trace_id_, max ? std::max(a, b) : std::min(a, b));
     }
     // Which one it is, as a comparison C++ made.
-    c10::intrusive_ptr<SymSize> self = c10::intrusive_ptr<SymSize>::reclaim_copy(this);
-    const bool first = c10::SymNode(Compare(other, max ? SymCheck::Op::kGe : SymCheck::Op::kLe))->guard_bool(__FILE__, __LINE__);
-    return first ? c10::SymNode(self) : c10::SymNode(o);
+    const bool first = Compare(other, max ? SymCheck::Op::kGe : SymCheck::Op::kLe)->guard_bool(__FILE__, __LINE__);
+    return first ? c10::SymNode(c10::intrusive_ptr<SymSize>::reclaim_copy(this)) : c10::SymNode(o);
   }
   template <typename T>
   static bool Holds(SymCheck::Op op, T a, T b) {
@@ -1434,8 +1435,9 @@ bool IsTracing() { return current_state != nullptr; }
 
 uint64_t OpsSeen() { return ops_seen.load(std::memory_order_relaxed); }
 
-// Thrown out of an attempt whose function failed on a symbolic size (Note [Symbolic sizes]).
-struct SymbolicRefused {};
+// Thrown out of an attempt whose function raised while symbolic sizes were out (Note [Symbolic
+// sizes]): Trace takes it again with plain sizes.
+struct RetakeWithPlainSizes {};
 
 TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& args,
                          const std::vector<std::string>& arg_names, bool verification,
@@ -1522,7 +1524,7 @@ TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& arg
       // can run again from the start with plain sizes.
       // Any error, not only a refusal: kernels may misread a symbolic size in ways that do not
       // say so (at::TensorGeometry of a wrapper); an error eager raises too is raised again.
-      if (state->symbolic_handed_out && !state->observable_write) throw SymbolicRefused();
+      if (state->symbolic_handed_out && !state->observable_write) throw RetakeWithPlainSizes();
       if (!IsRawDataAccess(e)) throw;
       const std::string what =
           "reads raw data of a traced tensor (data_ptr(), accessor(), printing); only item() and "
@@ -1580,9 +1582,9 @@ TraceResult Trace(const TracedFn& fn, const std::vector<c10::IValue>& args,
   if (!symbolic) return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, false);
   try {
     return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, /*symbolic_sizes=*/true);
-  } catch (const SymbolicRefused&) {
-    // C++ the trace ran needed a plain int where it had a symbolic one: again, with plain sizes
-    // (every size it reads then is an ordinary read).
+  } catch (const RetakeWithPlainSizes&) {
+    // Again with plain sizes (every size it reads then is an ordinary read); an error the
+    // function raises with those too reaches the caller.
     return TraceAttempt(fn, args, arg_names, verification, scalar_overrides, /*symbolic_sizes=*/false);
   }
 }
