@@ -18,6 +18,9 @@ class CodegenArtifact : public Artifact {
   virtual const std::string& source() const = 0;
   // The loaded shared library ("" when nothing was compiled).
   virtual const std::string& library_path() const = 0;
+  // Where the library came from (codegen::KernelLibrary::origin: "compiled", "local hit", "remote
+  // hit", "package hit", plus rejected shared entries); "" when nothing was compiled.
+  virtual const std::string& kernel_origin() const = 0;
   // Per fused region, the node indices it runs as one kernel.
   virtual std::vector<std::vector<int>> fused_regions() const = 0;
 };

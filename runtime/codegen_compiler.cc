@@ -22,8 +22,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/kernel_entry.h"
 #include "runtime/logging.h"
 #include "runtime/private_files.h"
+#include "runtime/remote_cache.h"
 #include "runtime/subprocess.h"
 #include "tracer/status.h"
 
@@ -31,6 +33,7 @@ namespace warden::codegen {
 namespace {
 
 std::atomic<int64_t> num_compiles{0}, num_disk_hits{0}, num_discarded{0}, num_failures{0};
+std::atomic<int64_t> num_remote_hits{0}, num_package_hits{0}, num_rejected{0};
 
 // -fopenmp-simd honours `#pragma omp simd` without linking an OpenMP runtime. No -ffast-math or
 // -ffinite-math-only: NaN and Inf must behave as in ATen. -fno-math-errno lets sqrt vectorize
@@ -160,44 +163,30 @@ std::string CompilerFileStamp(const std::string& compiler) {
                       st.st_mtim.tv_nsec);
 }
 
-// The first line of `<compiler> --version`: memoized per compiler path for the process, and on disk
-// in <cache>/compilers/ keyed by CompilerFileStamp, so that a new process loading cached kernels
-// does not spawn the compiler at all (a warm load costs a few file reads and one dlopen).
-absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler, const std::string& cache_dir) {
+// The compiler's identity without running it: its resolved path's file, hashed (SHA-256), memoized
+// per CompilerFileStamp for the process. An upgrade, a retargeted symlink or another build of the
+// compiler changes it; hosts of a fleet with the same compiler binary agree on it (Note [Shared
+// kernels]). A wrapper script named by WARDEN_CXX is identified by its own bytes.
+absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler) {
   static std::mutex mu;
   static auto* known = new std::map<std::string, std::string>();
+  const std::string stamp = CompilerFileStamp(compiler);
+  if (stamp.empty()) return absl::FailedPreconditionError(absl::StrCat("cannot examine the compiler ", compiler));
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = known->find(compiler);
+    auto it = known->find(stamp);
     if (it != known->end()) return it->second;
   }
-  const std::string stamp = CompilerFileStamp(compiler);
-  const std::string memo = absl::StrCat(cache_dir, "/compilers/", HashHex(stamp), ".id");
-  std::string line;
-  if (!stamp.empty()) {
-    auto stored = files::ReadPrivateFile(memo, kMaxRecordBytes);
-    if (stored.ok()) {
-      std::vector<std::string> lines = absl::StrSplit(stored->bytes, '\n');
-      if (lines.size() >= 2 && lines[0] == stamp && !lines[1].empty()) {
-        std::lock_guard<std::mutex> lock(mu);
-        known->emplace(compiler, lines[1]);
-        return lines[1];
-      }
-    }
+  char resolved[PATH_MAX];
+  const std::string real = realpath(compiler.c_str(), resolved) != nullptr ? resolved : compiler;
+  auto bytes = files::ReadRegularFile(real, int64_t{1} << 30, files::Trust::kAnyOwner);
+  if (!bytes.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read the compiler ", real, ": ", bytes.status().message()));
   }
-  ASSIGN_OR_RETURN(const subprocess::Result run, RunProcess({compiler, "--version"}));
-  if (run.exit_code != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(compiler, " --version failed (exit ", run.exit_code, "): ", run.output));
-  }
-  line = run.output.substr(0, run.output.find('\n'));
-  if (line.empty()) return absl::FailedPreconditionError(absl::StrCat(compiler, " --version printed nothing"));
-  if (!stamp.empty() && files::EnsurePrivateDir(absl::StrCat(cache_dir, "/compilers")).ok()) {
-    files::WritePrivateFile(memo, absl::StrCat(stamp, "\n", line, "\n")).IgnoreError();  // only a memo
-  }
+  const std::string identity = absl::StrCat("sha256:", files::Sha256Hex(bytes->bytes));
   std::lock_guard<std::mutex> lock(mu);
-  known->emplace(compiler, line);
-  return line;
+  known->emplace(stamp, identity);
+  return identity;
 }
 
 // The CPU's feature flags: -march=native code is only valid where they are the same.
@@ -211,6 +200,11 @@ const std::string& CpuFlags() {
     return new std::string();
   }();
   return *flags;
+}
+
+// <key>.meta beside a library: what `warden package` needs that the key cannot give back.
+std::string MetaOf(const std::string& portable, const std::string& compiler) {
+  return absl::StrCat("portable ", portable, "\ncompiler ", compiler, "\n");
 }
 
 std::string KeyMarker(const std::string& key) { return absl::StrCat("warden-kernel-key:", key); }
@@ -292,30 +286,107 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& pat
   return OpenVerified(path, library, path, key, kernels);
 }
 
+// The library of `entry` (verified, Note [Shared kernels]) in the local cache `dir`: loaded from
+// there if Warden already recorded it, else written through the private, recorded path and loaded.
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> InstallAndLoad(const std::string& dir, const KernelEntry& entry,
+                                                                    const std::vector<std::string>& kernels,
+                                                                    bool* was_local) {
+  const std::string base = absl::StrCat(dir, "/", entry.key);
+  uint64_t dev = 0, ino = 0;
+  auto local = Load(base + ".so", base + ".sha256", entry.key, kernels, &dev, &ino);
+  *was_local = local.ok();
+  if (local.ok()) return local;
+  RETURN_IF_ERROR(files::WritePrivateFile(base + ".sha256", RecordOf(entry.library)));
+  RETURN_IF_ERROR(files::WritePrivateFile(base + ".so", entry.library));
+  files::WritePrivateFile(base + ".meta", MetaOf(entry.portable, entry.compiler)).IgnoreError();  // for packaging
+  return Load(base + ".so", base + ".sha256", entry.key, kernels, &dev, &ino);
+}
+
+// A shared entry that failed verification: counted, reported once, and noted for explain.
+void Reject(const std::string& where, const absl::Status& why, std::string* note) {
+  num_rejected.fetch_add(1);
+  const std::string text = absl::StrCat(where, " entry rejected (", why.message(), ")");
+  // Every time: a rejection is rare and may be an attack.
+  runtime::LogToStderr(absl::StrCat("warden: ", runtime::EscapeControl(text), "; compiling it locally\n"));
+  if (!note->empty()) absl::StrAppend(note, "; ");
+  absl::StrAppend(note, text);
+}
+
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
     const std::string& source, const std::vector<std::string>& kernels) {
-  ASSIGN_OR_RETURN(const std::string compiler, FindCompiler());
+  const SharingConfig sharing = ReadSharingConfig();
+  const std::string portable = HashHex(absl::StrCat(
+      "warden-portable-v1", std::string(1, '\0'), source, std::string(1, '\0'), absl::StrJoin(CompileFlags(), " "),
+      " ", absl::StrJoin(LinkFlags(), " "), std::string(1, '\0'), CpuFlags()));
   ASSIGN_OR_RETURN(const std::string dir, UsableCacheDir());
-  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler, dir));
-  const std::string key = HashHex(absl::StrCat(
-      "warden-kernel-v2", std::string(1, '\0'), source, std::string(1, '\0'), compiler,
-      std::string(1, '\0'), identity, std::string(1, '\0'), absl::StrJoin(CompileFlags(), " "), " ",
-      absl::StrJoin(LinkFlags(), " "), std::string(1, '\0'), CpuFlags()));
+  std::string note;  // rejected shared entries, for the origin
+
+  // A package first: it serves hosts without a compiler (the portable key needs none).
+  if (std::shared_ptr<const Package> package = CurrentPackage(sharing)) {
+    if (const std::string* bytes = package->Find(portable)) {
+      auto entry = DecodeEntry(*bytes, sharing, "", portable);
+      if (entry.ok()) {
+        bool was_local = false;
+        auto library = InstallAndLoad(dir, *entry, kernels, &was_local);
+        if (library.ok()) {
+          (was_local ? num_disk_hits : num_package_hits).fetch_add(1);
+          (*library)->set_origin(was_local ? "local hit" : "package hit");
+          return library;
+        }
+        Reject("package", library.status(), &note);
+      } else {
+        Reject("package", entry.status(), &note);
+      }
+    }
+  }
+  auto found = FindCompiler();
+  if (!found.ok() && !sharing.package.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("the kernel is not in WARDEN_PACKAGE=", sharing.package,
+                                                      note.empty() ? "" : absl::StrCat(" (", note, ")"),
+                                                      ", and ", found.status().message()));
+  }
+  ASSIGN_OR_RETURN(const std::string compiler, std::move(found));
+  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler));
+  const std::string key = HashHex(absl::StrCat("warden-kernel-v3", std::string(1, '\0'), portable,
+                                               std::string(1, '\0'), identity));
   const std::string base = absl::StrCat(dir, "/", key);
   const std::string so = base + ".so";
   const std::string record = base + ".sha256";
+  auto with_origin = [&](std::shared_ptr<const KernelLibrary> library, const std::string& origin) {
+    library->set_origin(note.empty() ? origin : absl::StrCat(origin, "; ", note));
+    return library;
+  };
 
   for (int attempt = 0; attempt < 3; ++attempt) {
     uint64_t dev = 0, ino = 0;
     auto cached = Load(so, record, key, kernels, &dev, &ino);
     if (cached.ok()) {
       num_disk_hits.fetch_add(1);
-      return cached;
+      return with_origin(*std::move(cached), "local hit");
     }
     const absl::StatusCode code = cached.status().code();
     if (code == absl::StatusCode::kAborted) continue;  // renamed over while loading: read again
     if (code == absl::StatusCode::kDataLoss) Discard(so, std::string(cached.status().message()), dev, ino);
     break;  // NotFound, Unavailable (no descriptors): compile, and the rename replaces the file
+  }
+
+  const bool remote = sharing.enabled() && !sharing.remote.empty();
+  if (remote) {
+    auto got = RemoteGet(sharing.remote, key);
+    if (got.ok() && got->has_value()) {
+      auto entry = DecodeEntry(**got, sharing, key, "");
+      if (entry.ok()) {
+        bool was_local = false;
+        auto library = InstallAndLoad(dir, *entry, kernels, &was_local);
+        if (library.ok()) {
+          num_remote_hits.fetch_add(1);
+          return with_origin(*std::move(library), "remote hit");
+        }
+        Reject("remote", library.status(), &note);
+      } else {
+        Reject("remote", entry.status(), &note);
+      }
+    }
   }
 
   const std::string cc = base + ".cc";
@@ -350,7 +421,12 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
     return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
   }
   num_compiles.fetch_add(1);
-  return library;
+  files::WritePrivateFile(base + ".meta", MetaOf(portable, absl::StrCat(compiler, " ", identity))).IgnoreError();
+  if (remote) {
+    KernelEntry entry{key, portable, absl::StrCat(compiler, " ", identity), built->bytes};
+    RemotePut(sharing.remote, key, EncodeEntry(entry, sharing.key)).IgnoreError();  // warned in Run
+  }
+  return with_origin(std::move(library), "compiled");
 }
 
 }  // namespace
@@ -397,6 +473,9 @@ KernelCacheStats GetKernelCacheStats() {
   s.disk_hits = num_disk_hits.load();
   s.discarded = num_discarded.load();
   s.failures = num_failures.load();
+  s.remote_hits = num_remote_hits.load();
+  s.package_hits = num_package_hits.load();
+  s.rejected = num_rejected.load();
   return s;
 }
 

@@ -2,11 +2,12 @@
 // kernel cache and dlopen. Knows nothing about graphs; codegen_pointwise.h writes the source.
 //
 // Note [Kernel cache]
-// A kernel library lives in <dir>/<key>.so next to its source <key>.cc and its record
-// <key>.sha256, where <dir> is $WARDEN_CACHE_DIR/kernels, else ~/.cache/warden/kernels ($HOME,
-// else the user database's home directory), and <key> is a 128-bit hash of the source, the
-// compiler's resolved path and `--version` first line, the flags and the CPU's feature flags
-// (-march=native code must not be loaded on another CPU).
+// A kernel library lives in <dir>/<key>.so next to its source <key>.cc, its record <key>.sha256
+// and <key>.meta (its portable key and compiler, for `warden package`), where <dir> is
+// $WARDEN_CACHE_DIR/kernels, else ~/.cache/warden/kernels ($HOME, else the user database's home
+// directory), and <key> is a 128-bit hash of the source, the flags, the CPU's feature flags
+// (-march=native code must not be loaded on another CPU) and the compiler's identity: the SHA-256
+// of its resolved binary (Note [Shared kernels] in kernel_entry.h shares <key> across a fleet).
 //   - <dir> must be private (Note [Private files]); one that is not is refused with a warning and
 //     the process compiles into a directory of its own instead. There is no shared fallback path.
 //   - After compiling, Warden reads the library back (a regular file of bounded size), writes the
@@ -17,9 +18,11 @@
 //     the path must still name the file that was read, and every requested symbol must exist. A
 //     file failing any of this is deleted, reported on stderr once, and rebuilt.
 //   - The compiler is $WARDEN_CXX, else `g++` from PATH, run as Note [Spawning from a host] says,
-//     for at most $WARDEN_COMPILE_TIMEOUT seconds (default 120). Its `--version` line is memoized
-//     in <dir>/compilers/ under a stamp of the binary (resolved path, inode, size, mtime), so a
-//     process that finds its kernels on disk never runs the compiler.
+//     for at most $WARDEN_COMPILE_TIMEOUT seconds (default 120). It runs only to compile: its
+//     identity is read from its file, so a process that finds its kernels on disk, in the shared
+//     cache or in a package never runs it.
+//   - Lookup order: WARDEN_PACKAGE (by portable key; no compiler needed), the local cache, the
+//     shared cache (WARDEN_REMOTE_CACHE), then the compiler (publishing what it built).
 #ifndef WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 #define WARDEN_RUNTIME_CODEGEN_COMPILER_H_
 
@@ -47,11 +50,16 @@ class KernelLibrary {
 
   KernelFn Find(const std::string& name) const;  // nullptr if not requested at load
   const std::string& path() const { return path_; }
+  // Where it came from: "compiled", "local hit", "remote hit" or "package hit", followed by any
+  // shared entry that was rejected on the way ("; remote entry rejected (tag: ...)").
+  const std::string& origin() const { return origin_; }
+  void set_origin(std::string origin) const { origin_ = std::move(origin); }  // once, before it is shared
 
  private:
   void* handle_;
   std::string path_;
   std::map<std::string, KernelFn> kernels_;
+  mutable std::string origin_;
 };
 
 // Compiles `source` (or finds it in the kernel cache) and resolves `kernels` in it. Errors: no
@@ -74,6 +82,9 @@ struct KernelCacheStats {
   int64_t disk_hits = 0;   // libraries loaded from the cache without compiling
   int64_t discarded = 0;   // cached files found corrupt or foreign, deleted and rebuilt
   int64_t failures = 0;    // LoadKernels calls that returned an error
+  int64_t remote_hits = 0;   // libraries taken from the shared cache (Note [Shared kernels])
+  int64_t package_hits = 0;  // libraries taken from WARDEN_PACKAGE
+  int64_t rejected = 0;      // shared entries that failed verification (never loaded)
 };
 KernelCacheStats GetKernelCacheStats();
 

@@ -253,13 +253,19 @@ void TraceCompiled(const CompiledFunction::Impl& f, const CacheEntry& e, const s
   }
   const codegen::KernelCacheStats now = codegen::GetKernelCacheStats();
   if (now.compiles != kernels_before.compiles || now.disk_hits != kernels_before.disk_hits ||
-      now.discarded != kernels_before.discarded || now.failures != kernels_before.failures) {
+      now.discarded != kernels_before.discarded || now.failures != kernels_before.failures ||
+      now.remote_hits != kernels_before.remote_hits || now.package_hits != kernels_before.package_hits ||
+      now.rejected != kernels_before.rejected) {
     nlohmann::json d = TraceFields(f, e.created_at_call);
     d["entry"] = entry;
     d["disk_hits"] = now.disk_hits - kernels_before.disk_hits;
     d["compiler_runs"] = now.compiles - kernels_before.compiles;
     d["discarded"] = now.discarded - kernels_before.discarded;
     d["failures"] = now.failures - kernels_before.failures;
+    d["remote_hits"] = now.remote_hits - kernels_before.remote_hits;
+    d["package_hits"] = now.package_hits - kernels_before.package_hits;
+    d["rejected"] = now.rejected - kernels_before.rejected;
+    if (const auto* c = dynamic_cast<const CodegenArtifact*>(e.artifact.get())) d["origin"] = c->kernel_origin();
     d["cache_dir"] = codegen::KernelCacheDirInUse();
     f.trace_->Emit("disk_cache", std::move(d));
   }

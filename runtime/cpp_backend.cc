@@ -184,6 +184,10 @@ class CppArtifact final : public CodegenArtifact {
     static const std::string* none = new std::string();
     return library_ != nullptr ? library_->path() : *none;
   }
+  const std::string& kernel_origin() const override {
+    static const std::string* none = new std::string();
+    return library_ != nullptr ? library_->origin() : *none;
+  }
   std::vector<std::vector<int>> fused_regions() const override {
     std::vector<std::vector<int>> regions;
     for (const auto& r : plan_.regions) regions.push_back(r.nodes);

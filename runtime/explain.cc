@@ -45,6 +45,7 @@ std::string VerifiedText(const runtime::VerifiedSizes& v) {
 // What a code-generating artifact compiled, for explain; empty for replay artifacts.
 struct CodegenInfo {
   std::string library;
+  std::string origin;
   std::string source;
   int regions = 0;
 };
@@ -53,6 +54,7 @@ CodegenInfo CodegenInfoOf(const CacheEntry& e) {
   CodegenInfo info;
   if (const auto* c = dynamic_cast<const CodegenArtifact*>(e.artifact.get())) {
     info.library = c->library_path();
+    info.origin = c->kernel_origin();
     info.source = c->source();
     info.regions = static_cast<int>(c->fused_regions().size());
   }
@@ -84,7 +86,8 @@ std::string CompiledFunction::explain() const {
     const CodegenInfo code = CodegenInfoOf(*e);
     if (!code.library.empty()) {
       absl::StrAppend(&out, "  kernels: ", code.regions, " fused region", code.regions == 1 ? "" : "s",
-                      " in ", code.library, " (source beside it; WARDEN_LOGS=output_code prints it)\n");
+                      " in ", code.library, " (", code.origin,
+                      "; source beside it; WARDEN_LOGS=output_code prints it)\n");
     }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
     for (const std::string& m : e->scalar_notes) absl::StrAppend(&out, "  scalar: ", m, "\n");
@@ -150,6 +153,7 @@ std::string CompiledFunction::explain_json() const {
                        {"backend", e->artifact.backend()},
                        {"backend_note", e->artifact.note()},
                        {"kernel_library", CodegenInfoOf(*e).library},
+                       {"kernel_origin", CodegenInfoOf(*e).origin},
                        {"fused_regions", CodegenInfoOf(*e).regions},
                        {"generated_source", CodegenInfoOf(*e).source},
                        {"created_at_call", e->created_at_call},

@@ -158,6 +158,10 @@ absl::StatusOr<std::string> ProcessPrivateDir() {
 }
 
 absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t max_bytes) {
+  return ReadRegularFile(path, max_bytes, Trust::kPrivate);
+}
+
+absl::StatusOr<FileContents> ReadRegularFile(const std::string& path, int64_t max_bytes, Trust trust) {
   const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
@@ -174,11 +178,15 @@ absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t ma
   struct stat st;
   if (fstat(fd, &st) != 0) return absl::DataLossError(absl::StrCat("cannot examine ", path, ": ", Errno()));
   if (!S_ISREG(st.st_mode)) return absl::DataLossError(absl::StrCat(path, " is not a regular file"));
-  if (st.st_uid != geteuid()) {
+  if (trust != Trust::kAnyOwner && st.st_uid != geteuid()) {
     return absl::DataLossError(absl::StrCat(path, " is owned by uid ", st.st_uid, ", not by uid ", geteuid()));
   }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+  if (trust == Trust::kPrivate && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     return absl::DataLossError(absl::StrCat(path, " is writable by group or others"));
+  }
+  if (trust == Trust::kSecret && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return absl::DataLossError(absl::StrFormat("%s is accessible to group or others (mode %04o; a secret must be 0600 or 0400)",
+                                               path, st.st_mode & 07777));
   }
   if (st.st_size > max_bytes) {
     return absl::DataLossError(absl::StrCat(path, " is ", st.st_size, " bytes, more than the ", max_bytes,

@@ -57,6 +57,13 @@ struct FileContents {
 // trusted: a symlink, FIFO, device, directory, another user's file, or an oversized one.
 absl::StatusOr<FileContents> ReadPrivateFile(const std::string& path, int64_t max_bytes);
 
+// Like ReadPrivateFile, with the owner and mode rules chosen by `trust`:
+//   kPrivate  - owned by the effective user, not writable by group or others (ReadPrivateFile);
+//   kSecret   - owned by the effective user, no access at all for group or others (a key file);
+//   kAnyOwner - any owner and mode (contents the caller authenticates itself, e.g. by HMAC).
+enum class Trust { kPrivate, kSecret, kAnyOwner };
+absl::StatusOr<FileContents> ReadRegularFile(const std::string& path, int64_t max_bytes, Trust trust);
+
 // Writes `bytes` to `path` atomically (mkstemp + fsync + rename, mode 0600). Fails cleanly,
 // without writing, where RLIMIT_FSIZE would be exceeded.
 absl::Status WritePrivateFile(const std::string& path, absl::string_view bytes);

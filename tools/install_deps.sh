@@ -18,8 +18,11 @@ PACKAGES=(
   nlohmann-json3-dev
   # The CMake package (tools/package.sh) and its example host (examples/cmake_host).
   cmake make
-  # SHA-256 of cached kernel libraries (runtime/private_files.cc).
+  # SHA-256 of cached kernel libraries (runtime/private_files.cc) and HMAC-SHA256 of shared entries.
   libssl-dev
+  # The shared kernel cache (runtime/remote_cache.cc): the Redis client, and the server its tests
+  # and benchmark start on a loopback port.
+  libhiredis-dev redis-server
   # `warden report`: graphviz draws the graphs as SVG; the HTML report test renders the page in
   # headless Chromium (about 290 MB) and needs a font for its screenshot.
   graphviz

@@ -3,11 +3,16 @@
 //   warden report DIR [--out=FILE] [--text]   HTML report of a WARDEN_TRACE_DIR (default
 //                                             DIR/report.html); --text prints it as plain text
 //   warden explain FILE                       a saved explain_json() document, readably
+//   warden package --out=FILE [--cache=DIR]   the kernel cache (default: WARDEN_CACHE_DIR's, else
+//                                             ~/.cache/warden/kernels) as one package for
+//                                             WARDEN_PACKAGE; entries tagged with the key of
+//                                             WARDEN_CACHE_KEY_FILE (Note [Shared kernels])
 //
 // Under `bazel run`, relative paths are taken from the directory bazel was run in.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,17 +21,22 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/codegen_compiler.h"
+#include "runtime/kernel_entry.h"
+#include "runtime/private_files.h"
 #include "tools/report_lib.h"
 
 ABSL_FLAG(std::string, out, "", "report: where to write the HTML (default DIR/report.html)");
 ABSL_FLAG(bool, text, false, "report: print the plain-text report on stdout instead of writing HTML");
+ABSL_FLAG(std::string, cache, "", "package: the kernel directory to package (default: the configured kernel cache)");
 
 namespace {
 
 constexpr const char* kUsage =
-    "warden report DIR [--out=FILE] [--text] | warden explain FILE\n"
+    "warden report DIR [--out=FILE] [--text] | warden explain FILE | warden package --out=FILE [--cache=DIR]\n"
     "  report: the trace written with WARDEN_TRACE_DIR=DIR, as an HTML page or (--text) plain text\n"
-    "  explain: a saved CompiledFunction::explain_json() document, printed readably";
+    "  explain: a saved CompiledFunction::explain_json() document, printed readably\n"
+    "  package: the kernel cache as one file for WARDEN_PACKAGE, tagged with WARDEN_CACHE_KEY_FILE's key";
 
 std::string Resolve(const std::string& path) {
   const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
@@ -69,6 +79,34 @@ int Explain(const std::string& path) {
   return 0;
 }
 
+int Package() {
+  const std::string out = Resolve(absl::GetFlag(FLAGS_out));
+  if (out.empty()) return Fail("package: --out=FILE is required");
+  const std::string dir =
+      absl::GetFlag(FLAGS_cache).empty() ? warden::codegen::KernelCacheDir() : Resolve(absl::GetFlag(FLAGS_cache));
+  std::optional<std::string> key;
+  const char* key_file = std::getenv("WARDEN_CACHE_KEY_FILE");
+  if (key_file != nullptr && *key_file != '\0') {
+    auto read = warden::codegen::ReadKeyFile(key_file);
+    if (!read.ok()) return Fail(absl::StrCat("package: ", read.status().message()));
+    key = *std::move(read);
+  } else {
+    std::fprintf(stderr, "warden: package: no WARDEN_CACHE_KEY_FILE: the entries are not authenticated; hosts "
+                         "load them only with WARDEN_CACHE_UNAUTHENTICATED=1 and from a private file\n");
+  }
+  int count = 0;
+  std::vector<std::string> skipped;
+  auto bytes = warden::codegen::BuildPackage(dir, key, &count, &skipped);
+  if (!bytes.ok()) return Fail(absl::StrCat("package: ", bytes.status().message()));
+  for (const std::string& s : skipped) std::fprintf(stderr, "warden: package: skipped %s\n", s.c_str());
+  if (auto written = warden::files::WritePrivateFile(out, *bytes); !written.ok()) {
+    return Fail(absl::StrCat("package: cannot write ", out, ": ", written.message()));
+  }
+  std::printf("wrote %s: %d kernel librar%s from %s (%zu bytes, %s)\n", out.c_str(), count, count == 1 ? "y" : "ies",
+              dir.c_str(), bytes->size(), key.has_value() ? "HMAC-SHA256 tagged" : "untagged");
+  return count > 0 ? 0 : Fail("package: no kernel libraries to package");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +114,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() == 3 && std::string(args[1]) == "report") return Report(Resolve(args[2]));
   if (args.size() == 3 && std::string(args[1]) == "explain") return Explain(Resolve(args[2]));
+  if (args.size() == 2 && std::string(args[1]) == "package") return Package();
   std::fprintf(stderr, "usage: %s\n", kUsage);
   return 2;
 }

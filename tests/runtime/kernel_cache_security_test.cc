@@ -203,7 +203,7 @@ TEST(KernelCacheSecurity, CacheDirectoriesAndFilesArePrivate) {
     EXPECT_EQ(Mode(e.path().string()), "0600") << e.path();
     EXPECT_THAT(e.path().string(), Not(HasSubstr(".tmp."))) << "a temp file was left behind";
   }
-  EXPECT_EQ(files, 3);  // <key>.cc, <key>.so, <key>.sha256
+  EXPECT_EQ(files, 4);  // <key>.cc, <key>.so, <key>.sha256, <key>.meta
 }
 
 // ---- the files in it ----
