@@ -1,12 +1,21 @@
-// Compile latency of backend "cpp" for the 10-op chain: cold (the compiler runs) and warm (a new
-// process finds the kernel in the disk cache), each measured in a fresh child process so that no
-// in-process memo helps, against the same first call on backend "aten" (trace + guards only).
+// First-call latency of backend "cpp" for the 10-op chain, each measured in a fresh child process so
+// that no in-process memo helps, against the same first call on backend "aten" (trace + guards only):
+//   cold         empty local cache, empty shared cache: the compiler runs (and publishes);
+//   remote-warm  empty local cache, the kernel in the shared Redis cache (Note [Shared kernels]);
+//   local-warm   the kernel in the local disk cache;
+//   package      empty local cache, no compiler on PATH, the kernel in a WARDEN_PACKAGE file.
+// The parent starts its own redis-server (Debian's package) on a free loopback port, flushed every
+// round, and a fleet key file; entries are HMAC-SHA256 tagged and verified.
 //
 //   bazel run -c opt //bench:compile_latency [-- --rounds=5]
 //
-// Each child times compile() + the first call (trace, shape pass, guards, backend, run) and prints
-// one line; the parent prints medians over the rounds. Cold rounds use a new empty cache directory.
+// Each child times compile() + the first call (trace, shape pass, guards, backend, run), checks it
+// against eager and prints one line; the parent prints medians over the rounds and checks each
+// scenario got its kernel where it should (exit 1 otherwise).
+#include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,12 +23,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tools/libtorch_info.h"
 #include "bench/workloads.h"
 #include "runtime/codegen_compiler.h"
+#include "runtime/kernel_entry.h"
+#include "tools/redis_server.h"
 
 extern char** environ;
 
@@ -27,7 +40,7 @@ namespace {
 
 using warden::bench::Median;
 
-// Child: one first call, printed as "<ms> <compiles> <disk_hits> <backend>".
+// Child: one first call, printed as "<ms> <compiles> <disk_hits> <remote_hits> <package_hits>".
 int Child(const std::string& backend) {
   warden::Options o;
   o.name = "chain10";
@@ -43,14 +56,15 @@ int Child(const std::string& backend) {
     return 1;
   }
   const auto stats = warden::codegen::GetKernelCacheStats();
-  std::printf("%.3f %lld %lld\n", ms, static_cast<long long>(stats.compiles),
-              static_cast<long long>(stats.disk_hits));
+  std::printf("%.3f %lld %lld %lld %lld\n", ms, static_cast<long long>(stats.compiles),
+              static_cast<long long>(stats.disk_hits), static_cast<long long>(stats.remote_hits),
+              static_cast<long long>(stats.package_hits));
   return 0;
 }
 
 struct ChildResult {
   double ms = -1;
-  long long compiles = -1, disk_hits = -1;
+  long long compiles = -1, disk_hits = -1, remote_hits = -1, package_hits = -1;
 };
 
 ChildResult RunChild(const std::string& self, const std::string& backend, const std::string& cache_dir) {
@@ -80,7 +94,8 @@ ChildResult RunChild(const std::string& self, const std::string& backend, const 
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return r;
-  std::sscanf(out.c_str(), "%lf %lld %lld", &r.ms, &r.compiles, &r.disk_hits);
+  std::sscanf(out.c_str(), "%lf %lld %lld %lld %lld", &r.ms, &r.compiles, &r.disk_hits, &r.remote_hits,
+              &r.package_hits);
   return r;
 }
 
@@ -100,31 +115,70 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string root = tmpl;
 
-  std::vector<double> cold, warm, aten;
+  // The shared cache: a redis-server of our own, and the fleet's key.
+  warden::tools::LocalRedisServer redis(root);
+  if (!redis.ok()) {
+    std::fprintf(stderr, "compile_latency: %s did not start (tools/install_deps.sh installs redis-server)\n",
+                 warden::tools::LocalRedisServer::kBinary);
+    return 1;
+  }
+  const std::string key_file = root + "/fleet.key";
+  std::ofstream(key_file) << "compile-latency benchmark fleet key";
+  chmod(key_file.c_str(), 0600);
+  setenv("WARDEN_CACHE_KEY_FILE", key_file.c_str(), 1);
+  const std::string url = redis.url();
+  const std::string path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "/usr/bin:/bin";
+
+  std::vector<double> cold, remote, warm, package, aten;
   bool ok = true;
   for (int r = 0; r < rounds; ++r) {
     const std::string dir = root + "/round" + std::to_string(r);
-    const ChildResult c = RunChild(self, "cpp", dir);   // empty cache: compiles
-    const ChildResult w = RunChild(self, "cpp", dir);   // same cache, new process: loads
-    const ChildResult a = RunChild(self, "aten", dir);  // no kernel at all
-    ok = ok && c.ms >= 0 && w.ms >= 0 && a.ms >= 0 && c.compiles == 1 && w.compiles == 0 && w.disk_hits == 1;
+    ok = ok && redis.Command({"FLUSHALL"});
+    setenv("WARDEN_REMOTE_CACHE", url.c_str(), 1);
+    const ChildResult c = RunChild(self, "cpp", dir + "/a");         // nothing anywhere: compiles, publishes
+    const ChildResult m = RunChild(self, "cpp", dir + "/b");         // from Redis
+    const ChildResult w = RunChild(self, "cpp", dir + "/b");         // from the local disk cache
+    unsetenv("WARDEN_REMOTE_CACHE");
+    int count = 0;
+    std::vector<std::string> skipped;
+    auto bytes = warden::codegen::BuildPackage(dir + "/a/kernels", *warden::codegen::ReadKeyFile(key_file), &count,
+                                               &skipped);
+    const std::string pkg = dir + "/kernels.wpkg";
+    if (bytes.ok()) std::ofstream(pkg, std::ios::binary) << *bytes;
+    setenv("WARDEN_PACKAGE", pkg.c_str(), 1);
+    setenv("PATH", "/nonexistent", 1);
+    const ChildResult p = RunChild(self, "cpp", dir + "/c");         // no compiler: from the package
+    setenv("PATH", path.c_str(), 1);
+    unsetenv("WARDEN_PACKAGE");
+    const ChildResult a = RunChild(self, "aten", dir + "/d");        // no kernel at all
+    ok = ok && c.ms >= 0 && m.ms >= 0 && w.ms >= 0 && p.ms >= 0 && a.ms >= 0 && c.compiles == 1 &&
+         m.compiles == 0 && m.remote_hits == 1 && w.compiles == 0 && w.disk_hits == 1 && p.compiles == 0 &&
+         p.package_hits == 1 && count == 1;
     cold.push_back(c.ms);
+    remote.push_back(m.ms);
     warm.push_back(w.ms);
+    package.push_back(p.ms);
     aten.push_back(a.ms);
   }
+  redis.Kill(SIGTERM);
   std::printf("LibTorch %s\n", warden::tools::LibTorchDescription().c_str());
   std::printf("10-op chain, backend \"cpp\", first call (compile() + trace + guards + backend + run), "
               "median of %d fresh processes:\n", rounds);
-  std::printf("  cold (compiler runs):          %8.2f ms\n", Median(cold));
-  std::printf("  warm (kernel from disk cache): %8.2f ms\n", Median(warm));
-  std::printf("  backend \"aten\" (no kernel):    %8.2f ms\n", Median(aten));
-  std::printf("  kernel latency: cold %.2f ms, warm %.2f ms (first call minus the \"aten\" one)\n",
-              Median(cold) - Median(aten), Median(warm) - Median(aten));
+  std::printf("  cold (compiler runs, publishes):       %8.2f ms\n", Median(cold));
+  std::printf("  remote-warm (kernel from Redis):        %8.2f ms\n", Median(remote));
+  std::printf("  local-warm (kernel from disk cache):    %8.2f ms\n", Median(warm));
+  std::printf("  package (no compiler on PATH):          %8.2f ms\n", Median(package));
+  std::printf("  backend \"aten\" (no kernel):            %8.2f ms\n", Median(aten));
+  std::printf("  kernel latency: cold %.2f ms, remote %.2f ms, local %.2f ms, package %.2f ms "
+              "(first call minus the \"aten\" one)\n",
+              Median(cold) - Median(aten), Median(remote) - Median(aten), Median(warm) - Median(aten),
+              Median(package) - Median(aten));
   if (!ok) {
-    std::printf("  CHECK FAILED: a child failed, or cold did not compile / warm did not load from disk\n");
+    std::printf("  CHECK FAILED: a child failed, or a scenario did not get its kernel where it should\n");
     return 1;
   }
-  std::printf("  checked: cold compiled once, warm compiled nothing and loaded 1 library from disk\n");
+  std::printf("  checked: cold compiled once; remote-warm, local-warm and package compiled nothing and took "
+              "their library from Redis, the disk cache and the package\n");
   std::string cleanup = "rm -rf '" + root + "'";
   return std::system(cleanup.c_str()) == 0 ? 0 : 1;
 }

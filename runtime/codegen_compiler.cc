@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -163,11 +164,13 @@ std::string CompilerFileStamp(const std::string& compiler) {
                       st.st_mtim.tv_nsec);
 }
 
-// The compiler's identity without running it: its resolved path's file, hashed (SHA-256), memoized
-// per CompilerFileStamp for the process. An upgrade, a retargeted symlink or another build of the
-// compiler changes it; hosts of a fleet with the same compiler binary agree on it (Note [Shared
-// kernels]). A wrapper script named by WARDEN_CXX is identified by its own bytes.
-absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler) {
+// The compiler's identity without running it: the SHA-256 of its resolved binary, memoized per
+// CompilerFileStamp for the process and on disk in <cache>/compilers/ (hashing a 1 MB driver costs
+// ~2.5 ms; a process that finds its kernels on disk should not pay it). An upgrade, a retargeted
+// symlink or another build of the compiler changes it; hosts of a fleet with the same compiler
+// binary agree on it (Note [Shared kernels]). A wrapper script named by WARDEN_CXX is identified by
+// its own bytes.
+absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler, const std::string& cache_dir) {
   static std::mutex mu;
   static auto* known = new std::map<std::string, std::string>();
   const std::string stamp = CompilerFileStamp(compiler);
@@ -177,13 +180,26 @@ absl::StatusOr<std::string> CompilerIdentity(const std::string& compiler) {
     auto it = known->find(stamp);
     if (it != known->end()) return it->second;
   }
-  char resolved[PATH_MAX];
-  const std::string real = realpath(compiler.c_str(), resolved) != nullptr ? resolved : compiler;
-  auto bytes = files::ReadRegularFile(real, int64_t{1} << 30, files::Trust::kAnyOwner);
-  if (!bytes.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot read the compiler ", real, ": ", bytes.status().message()));
+  const std::string memo = absl::StrCat(cache_dir, "/compilers/", HashHex(stamp), ".sha256");
+  std::string identity;
+  if (auto stored = files::ReadPrivateFile(memo, kMaxRecordBytes); stored.ok()) {
+    std::vector<std::string> lines = absl::StrSplit(stored->bytes, '\n');
+    if (lines.size() >= 2 && lines[0] == stamp && absl::StartsWith(lines[1], "sha256:") && lines[1].size() == 71) {
+      identity = lines[1];
+    }
   }
-  const std::string identity = absl::StrCat("sha256:", files::Sha256Hex(bytes->bytes));
+  if (identity.empty()) {
+    char resolved[PATH_MAX];
+    const std::string real = realpath(compiler.c_str(), resolved) != nullptr ? resolved : compiler;
+    auto bytes = files::ReadRegularFile(real, int64_t{1} << 30, files::Trust::kAnyOwner);
+    if (!bytes.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot read the compiler ", real, ": ", bytes.status().message()));
+    }
+    identity = absl::StrCat("sha256:", files::Sha256Hex(bytes->bytes));
+    if (files::EnsurePrivateDir(absl::StrCat(cache_dir, "/compilers")).ok()) {
+      files::WritePrivateFile(memo, absl::StrCat(stamp, "\n", identity, "\n")).IgnoreError();  // only a memo
+    }
+  }
   std::lock_guard<std::mutex> lock(mu);
   known->emplace(stamp, identity);
   return identity;
@@ -346,7 +362,7 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
                                                       ", and ", found.status().message()));
   }
   ASSIGN_OR_RETURN(const std::string compiler, std::move(found));
-  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler));
+  ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler, dir));
   const std::string key = HashHex(absl::StrCat("warden-kernel-v3", std::string(1, '\0'), portable,
                                                std::string(1, '\0'), identity));
   const std::string base = absl::StrCat(dir, "/", key);

@@ -12,6 +12,7 @@
 #include "runtime/codegen_artifact.h"
 #include "runtime/codegen_compiler.h"
 #include "runtime/compile_pool.h"
+#include "runtime/dynamism_profile.h"
 #include "runtime/hazard.h"
 #include "runtime/function_impl.h"
 #include "runtime/symbolic_scalars.h"
@@ -386,6 +387,20 @@ std::set<std::pair<int, int>> CompiledFunction::Impl::DynamicDims(
   auto rank_of = [&](size_t i) -> int64_t {
     return args[i].isTensor() && args[i].toTensor().defined() ? args[i].toTensor().dim() : -1;
   };
+  if (options_.dynamic == Dynamic::kAuto && entries.empty() && auto_dynamic_.empty() && !profile_checked_) {
+    // Note [Dynamism profiles]: what earlier processes learned about this function.
+    profile_checked_ = true;
+    const runtime::DynamismProfile profile = runtime::LoadDynamismProfile(options_.name, fn_.target_type().name(), args);
+    profile_note_ = profile.note;
+    if (!profile.dims.empty()) {
+      auto_dynamic_ = profile.dims;
+      newly_dynamic->insert(profile.dims.begin(), profile.dims.end());
+      std::vector<std::string> dims;
+      for (const auto& [arg, dim] : profile.dims) dims.push_back(absl::StrCat(ArgName(arg), ".size(", dim, ")"));
+      profile_note_ = absl::StrCat(absl::StrJoin(dims, ", "), " dynamic from the first compile (dynamism profile ",
+                                   profile.path, "; WARDEN_DYNAMISM_PROFILES=0 turns it off)");
+    }
+  }
   if (options_.dynamic == Dynamic::kAuto && !entries.empty()) {
     // Automatic dynamic: a dim whose size differs from the most recently used entry's trace
     // becomes symbolic from now on; a rank change makes the whole argument symbolic.
@@ -408,7 +423,10 @@ std::set<std::pair<int, int>> CompiledFunction::Impl::DynamicDims(
       }
     }
   }
-  if (options_.dynamic == Dynamic::kAuto) dims = auto_dynamic_;
+  if (options_.dynamic == Dynamic::kAuto) {
+    dims = auto_dynamic_;
+    if (!entries.empty() && !newly_dynamic->empty()) runtime::SaveDynamismProfile(options_.name, fn_.target_type().name(), args, auto_dynamic_);
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     for (int64_t d = 0; d < rank_of(i); ++d) {
       const std::pair<int, int> key{static_cast<int>(i), static_cast<int>(d)};
@@ -853,7 +871,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     const TraceClock::time_point compiled_at = TraceClock::now();
     nlohmann::json ms = {{"trace", Millis(traced_at - compile_start)}, {"guards", Millis(guarded_at - traced_at)},
                          {"backend", Millis(compiled_at - guarded_at)}, {"total", Millis(compiled_at - compile_start)}};
-    TraceCompiled(*this, *entry, args, names, entries.empty() ? "compiled" : absl::StrCat("recompiled", became_dynamic),
+    TraceCompiled(*this, *entry, args, names, absl::StrCat(entries.empty() ? "compiled" : "recompiled", became_dynamic),
                   std::move(ms), kernels_before);
   }
 
@@ -1063,6 +1081,8 @@ void CompiledFunction::reset() {
   impl_->eager_reason_.clear();
   impl_->limit_warned_ = false;
   impl_->auto_dynamic_.clear();
+  impl_->profile_checked_ = false;
+  impl_->profile_note_.clear();
   impl_->static_scalars_.clear();
 }
 

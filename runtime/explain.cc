@@ -74,6 +74,7 @@ std::string CompiledFunction::explain() const {
                   ", eager calls ", s.eager_calls,
                   s.size_verifications > 0 ? absl::StrCat(", size verifications ", s.size_verifications) : "", "\n");
   if (!f.eager_reason_.empty()) absl::StrAppend(&out, "  runs eagerly: ", f.eager_reason_, "\n");
+  if (!f.profile_note_.empty()) absl::StrAppend(&out, "  dynamism profile: ", f.profile_note_, "\n");
   const auto entries = f.EntriesMru();
   absl::StrAppend(&out, "  ", entries.size(), " cache entr", entries.size() == 1 ? "y" : "ies",
                   " (most recently used first)\n");
@@ -139,6 +140,7 @@ std::string CompiledFunction::explain_json() const {
                   {"eager_calls", s.eager_calls},
                   {"size_verifications", s.size_verifications}};
   doc["eager_reason"] = f.eager_reason_;
+  doc["dynamism_profile"] = f.profile_note_;
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& e : f.EntriesMru()) {
     const auto names = f.ArgNames(e->graph->arg_kinds.size());

@@ -140,6 +140,8 @@ class CompiledFunction::Impl {
   bool limit_warned_ = false;
   std::map<std::pair<int, int>, bool> dim_hints_;  // (arg, dim) -> dynamic?
   std::set<std::pair<int, int>> auto_dynamic_;     // kAuto: dims that changed between calls
+  bool profile_checked_ = false;                   // Note [Dynamism profiles]: read once per start
+  std::string profile_note_;                       // what the profile did, for explain
   std::set<std::pair<int, int>> warned_static_;    // mark_dynamic dims already warned about
   std::string last_kept_static_;  // the latest compile's "argN.size(d) stays static: why" texts
   std::set<int> static_scalars_;                   // marked scalars a compile kept specialized

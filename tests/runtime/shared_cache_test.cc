@@ -29,6 +29,7 @@
 #include "runtime/remote_cache.h"
 #include "runtime/warden.h"
 #include "tests/test_env.h"
+#include "tools/redis_server.h"
 
 extern char** environ;
 
@@ -43,24 +44,8 @@ using test_util::TempDir;
 using testing::HasSubstr;
 using Args = std::vector<c10::IValue>;
 
-// A TCP socket bound to a free loopback port (`*port`).
-int BindLoopback(int* port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-int FreePort() {
-  int port = 0;
-  close(BindLoopback(&port));
-  return port;
-}
+using tools::BindLoopback;
+int FreePort() { return tools::FreeLoopbackPort(); }
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& output_file) {
   std::vector<char*> argv;
@@ -76,75 +61,33 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& output_file
   return rc == 0 ? pid : -1;
 }
 
-// A redis-server of Debian's package on a free loopback port, persisting nothing, stopped at the end.
+// tools::LocalRedisServer, failing the test if it does not come up, with the raw access an
+// attacker who can write the server has.
 class RedisServer {
  public:
-  RedisServer() : port_(FreePort()) {
-    const std::string binary = "/usr/bin/redis-server";
-    if (access(binary.c_str(), X_OK) != 0) {
-      ADD_FAILURE() << binary << " is missing: tools/install_deps.sh installs redis-server";
-      return;
+  RedisServer() : server_(dir_.path()) {
+    if (!server_.ok()) {
+      ADD_FAILURE() << tools::LocalRedisServer::kBinary << " did not come up (tools/install_deps.sh installs "
+                    << "redis-server): " << ReadFile(server_.log());
     }
-    pid_ = Spawn({binary, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--dir", dir_.path()},
-                 dir_.path() + "/redis.log");
-    for (int i = 0; i < 200 && !Ping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    if (!Ping()) ADD_FAILURE() << "redis-server did not come up: " << ReadFile(dir_.path() + "/redis.log");
   }
-  ~RedisServer() { Kill(SIGTERM); }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  std::string url() const { return absl::StrCat("redis://127.0.0.1:", port_); }
-
-  // Raw access, as an attacker who can write the server has.
+  void Kill(int sig) { server_.Kill(sig); }
+  std::string url() const { return server_.url(); }
   std::string Get(const std::string& key) const {
-    redisContext* c = redisConnect("127.0.0.1", port_);
-    std::string out;
-    if (auto* r = static_cast<redisReply*>(redisCommand(c, "GET %s", key.c_str()))) {
-      if (r->type == REDIS_REPLY_STRING) out.assign(r->str, r->len);
-      freeReplyObject(r);
-    }
-    redisFree(c);
-    return out;
-  }
-  void Set(const std::string& key, const std::string& value) const {
-    redisContext* c = redisConnect("127.0.0.1", port_);
-    if (auto* r = static_cast<redisReply*>(redisCommand(c, "SET %s %b", key.c_str(), value.data(), value.size()))) {
-      freeReplyObject(r);
-    }
-    redisFree(c);
-  }
-  std::vector<std::string> Keys() const {
-    redisContext* c = redisConnect("127.0.0.1", port_);
     std::vector<std::string> out;
-    if (auto* r = static_cast<redisReply*>(redisCommand(c, "KEYS warden:*"))) {
-      for (size_t i = 0; i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
-      freeReplyObject(r);
-    }
-    redisFree(c);
+    server_.Command({"GET", key}, &out);
+    return out.empty() ? "" : out[0];
+  }
+  void Set(const std::string& key, const std::string& value) const { server_.Command({"SET", key, value}); }
+  std::vector<std::string> Keys() const {
+    std::vector<std::string> out;
+    server_.Command({"KEYS", "warden:*"}, &out);
     return out;
   }
 
  private:
-  bool Ping() const {
-    redisContext* c = redisConnect("127.0.0.1", port_);
-    bool ok = false;
-    if (c != nullptr && c->err == 0) {
-      if (auto* r = static_cast<redisReply*>(redisCommand(c, "PING"))) {
-        ok = r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-      }
-    }
-    if (c != nullptr) redisFree(c);
-    return ok;
-  }
   TempDir dir_;
-  int port_;
-  pid_t pid_ = -1;
+  tools::LocalRedisServer server_;
 };
 
 std::string WriteKey(const std::string& dir, const std::string& secret, mode_t mode = 0600) {
