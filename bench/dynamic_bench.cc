@@ -15,8 +15,16 @@
 // Times are wall clock (steady_clock) and this thread's CPU time (CLOCK_THREAD_CPUTIME_ID); the
 // machine is shared, so CPU time is the steadier figure.
 //
+// Then a restart check (Note [Dynamism profiles]): two fresh processes, one after the other, each
+// sweep L = 2..max_len through kAuto with one shared, initially empty WARDEN_CACHE_DIR; the first
+// compiles twice (static, then dynamic), the second once (its first compile reads the profile the
+// first wrote). Exit 1 unless the second compiles exactly once.
+//
 //   bazel run -c opt //bench:dynamic_bench [-- --max_len=512]
+#include <spawn.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -31,6 +39,8 @@
 
 #include "tools/libtorch_info.h"
 #include "runtime/warden.h"
+
+extern char** environ;
 
 namespace {
 
@@ -135,11 +145,64 @@ struct SweepResult {
   int64_t compile_calls = 0, hit_calls = 0;
 };
 
+// The child of the restart check: sweeps L = 2..max_len through kAuto, checking a few lengths
+// against eager; prints "compiles N".
+int RestartChild(int64_t max_len) {
+  torch::manual_seed(0);
+  c10::InferenceMode inference;
+  const Attention block;
+  const warden::Fn fn = [&block](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    return {block(a[0].toTensor())};
+  };
+  warden::CompiledFunction f = warden::compile(fn, SweepOptions(warden::Dynamic::kAuto, "restart_sweep"));
+  for (int64_t len = 2; len <= max_len; ++len) {
+    const at::Tensor x = torch::randn({1, len, kDim});
+    std::vector<at::Tensor> out = f({x});
+    std::string why;
+    if ((len <= 4 || len == max_len) && !Close(out, block(x), &why)) {
+      std::printf("MISMATCH L=%lld: %s\n", static_cast<long long>(len), why.c_str());
+      return 1;
+    }
+  }
+  std::printf("compiles %lld\n", static_cast<long long>(f.stats().compiles));
+  return 0;
+}
+
+// Runs this binary as a restart child; its compiles, or -1.
+int64_t SpawnRestartChild(int64_t max_len) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return -1;
+  self[n] = '\0';
+  const std::string flag = "--restart_child=" + std::to_string(max_len);
+  char* argv[] = {self, const_cast<char*>(flag.c_str()), nullptr};
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  pid_t pid;
+  const int rc = posix_spawn(&pid, self, &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  for (ssize_t got; rc == 0 && (got = read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, got);
+  close(fds[0]);
+  int status = 0;
+  if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  long long compiles = -1;
+  if (std::sscanf(out.c_str(), "compiles %lld", &compiles) != 1) return -1;
+  return compiles;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t max_len = 512;
   for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--restart_child=", 16) == 0) return RestartChild(std::atoll(argv[i] + 16));
     if (std::strncmp(argv[i], "--max_len=", 10) == 0) {
       max_len = std::atoll(argv[i] + 10);
     } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
@@ -294,6 +357,21 @@ int main(int argc, char** argv) {
               static_cast<long long>(max_len), static_cast<long long>(stats_of["kStatic"].compiles),
               static_cast<long long>(auto_compiles), static_cast<long long>(stats_of["kDynamic"].compiles),
               auto_compiles <= 3 ? "yes" : "no");
+
+  // The restart check (Note [Dynamism profiles]).
+  if (max_len >= 3) {
+    char dir[] = "/tmp/warden-dynamic-bench-XXXXXX";
+    if (mkdtemp(dir) == nullptr) return 1;
+    setenv("WARDEN_CACHE_DIR", dir, 1);
+    setenv("WARDEN_DYNAMISM_PROFILES", "1", 1);
+    const int64_t first = SpawnRestartChild(max_len), second = SpawnRestartChild(max_len);
+    std::printf("restart: kAuto sweep L=2..%lld in two fresh processes sharing an empty cache directory: first %lld "
+                "compiles, second %lld (dynamism profile; target 1) %s\n",
+                static_cast<long long>(max_len), static_cast<long long>(first), static_cast<long long>(second),
+                second == 1 && first == 2 ? "met=yes" : "met=NO");
+    ok = ok && second == 1 && first == 2;
+    std::system((std::string("rm -rf '") + dir + "'").c_str());
+  }
   if (!ok) {
     std::printf("FAILED\n");
     return 1;
