@@ -266,7 +266,10 @@ void TraceCompiled(const CompiledFunction::Impl& f, const CacheEntry& e, const s
     d["remote_hits"] = now.remote_hits - kernels_before.remote_hits;
     d["package_hits"] = now.package_hits - kernels_before.package_hits;
     d["rejected"] = now.rejected - kernels_before.rejected;
-    if (const auto* c = dynamic_cast<const CodegenArtifact*>(e.artifact.get())) d["origin"] = c->kernel_origin();
+    if (const auto* c = dynamic_cast<const CodegenArtifact*>(e.artifact.get())) {
+      d["origin"] = c->kernel_origin();
+      d["kernel_library"] = c->library_path();
+    }
     d["cache_dir"] = codegen::KernelCacheDirInUse();
     f.trace_->Emit("disk_cache", std::move(d));
   }

@@ -234,17 +234,25 @@ std::shared_ptr<const Package> CurrentPackage(const SharingConfig& config) {
 }
 
 absl::StatusOr<std::string> BuildPackage(const std::string& cache_dir, const std::optional<std::string>& hmac_key,
-                                         int* count, std::vector<std::string>* skipped) {
+                                         int* count, std::vector<std::string>* skipped,
+                                         const std::set<std::string>* only) {
   *count = 0;
   DIR* dir = opendir(cache_dir.c_str());
   if (dir == nullptr) return absl::NotFoundError(absl::StrCat("cannot open the kernel cache ", cache_dir));
   std::vector<std::string> keys;
   while (dirent* d = readdir(dir)) {
     absl::string_view name = d->d_name;
-    if (absl::ConsumeSuffix(&name, ".so") && IsHex(name, 32)) keys.emplace_back(name);
+    if (absl::ConsumeSuffix(&name, ".so") && IsHex(name, 32) && (only == nullptr || only->count(std::string(name)))) {
+      keys.emplace_back(name);
+    }
   }
   closedir(dir);
   std::sort(keys.begin(), keys.end());
+  if (only != nullptr) {
+    for (const std::string& key : *only) {
+      if (!std::binary_search(keys.begin(), keys.end(), key)) skipped->push_back(absl::StrCat(key, ": not in ", cache_dir));
+    }
+  }
   std::string out = absl::StrCat(kPackageMagic, "\n");
   for (const std::string& key : keys) {
     const std::string base = absl::StrCat(cache_dir, "/", key);

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,10 +96,11 @@ class Package {
 std::shared_ptr<const Package> CurrentPackage(const SharingConfig& config);
 
 // Builds a package of every kernel library in `cache_dir` that Warden recorded (Note [Kernel
-// cache]) and whose portable key it knows; entries tagged with `hmac_key`. `skipped` gets one line
-// per library left out and why.
+// cache]) and whose portable key it knows, or only of the cache keys in `only` when it is not
+// null; entries tagged with `hmac_key`. `skipped` gets one line per library left out and why.
 absl::StatusOr<std::string> BuildPackage(const std::string& cache_dir, const std::optional<std::string>& hmac_key,
-                                         int* count, std::vector<std::string>* skipped);
+                                         int* count, std::vector<std::string>* skipped,
+                                         const std::set<std::string>* only = nullptr);
 
 }  // namespace warden::codegen
 

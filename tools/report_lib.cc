@@ -160,6 +160,22 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path) {
   return ParseTrace(files);
 }
 
+absl::StatusOr<std::set<std::string>> KernelKeysUsed(const std::string& path) {
+  auto trace = LoadTrace(path);
+  if (!trace.ok()) return trace.status();
+  std::set<std::string> keys;
+  for (const FunctionTrace& f : trace->functions) {
+    for (const nlohmann::json& e : f.events) {
+      if (Str(e, "event") != "disk_cache") continue;
+      std::string library = Str(e, "kernel_library");
+      const size_t slash = library.rfind('/');
+      if (slash != std::string::npos) library = library.substr(slash + 1);
+      if (library.size() == 35 && absl::EndsWith(library, ".so")) keys.insert(library.substr(0, 32));
+    }
+  }
+  return keys;
+}
+
 // --- Building blocks ----------------------------------------------------------------------------
 
 std::string ArgShort(const nlohmann::json& arg) { return absl::StrCat(Str(arg, "name"), ": ", ArgValue(arg)); }

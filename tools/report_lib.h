@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,10 @@ Trace ParseTrace(const std::vector<std::pair<std::string, std::string>>& files);
 
 // Reads every *.jsonl file of `path` (a directory), or the one file `path` names.
 absl::StatusOr<Trace> LoadTrace(const std::string& path);
+
+// The cache keys of the kernel libraries a traced run used (the "kernel_library" of its
+// "disk_cache" events), from a WARDEN_TRACE_DIR or one trace file.
+absl::StatusOr<std::set<std::string>> KernelKeysUsed(const std::string& path);
 
 // What to change, derived from the misses: "arg0.size(0) changed 6 times: mark_dynamic(0, 0)".
 std::vector<std::string> Suggestions(const FunctionTrace& f);

@@ -3,9 +3,11 @@
 //   warden report DIR [--out=FILE] [--text]   HTML report of a WARDEN_TRACE_DIR (default
 //                                             DIR/report.html); --text prints it as plain text
 //   warden explain FILE                       a saved explain_json() document, readably
-//   warden package --out=FILE [--cache=DIR]   the kernel cache (default: WARDEN_CACHE_DIR's, else
+//   warden package --out=FILE [--cache=DIR] [--trace=DIR]
+//                                             the kernel cache (default: WARDEN_CACHE_DIR's, else
 //                                             ~/.cache/warden/kernels) as one package for
-//                                             WARDEN_PACKAGE; entries tagged with the key of
+//                                             WARDEN_PACKAGE, or only the kernels a run used (its
+//                                             WARDEN_TRACE_DIR); entries tagged with the key of
 //                                             WARDEN_CACHE_KEY_FILE (Note [Shared kernels])
 //
 // Under `bazel run`, relative paths are taken from the directory bazel was run in.
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,11 +32,12 @@
 ABSL_FLAG(std::string, out, "", "report: where to write the HTML (default DIR/report.html)");
 ABSL_FLAG(bool, text, false, "report: print the plain-text report on stdout instead of writing HTML");
 ABSL_FLAG(std::string, cache, "", "package: the kernel directory to package (default: the configured kernel cache)");
+ABSL_FLAG(std::string, trace, "", "package: only the kernels the run traced into this WARDEN_TRACE_DIR used");
 
 namespace {
 
 constexpr const char* kUsage =
-    "warden report DIR [--out=FILE] [--text] | warden explain FILE | warden package --out=FILE [--cache=DIR]\n"
+    "warden report DIR [--out=FILE] [--text] | warden explain FILE | warden package --out=FILE [--cache=DIR] [--trace=DIR]\n"
     "  report: the trace written with WARDEN_TRACE_DIR=DIR, as an HTML page or (--text) plain text\n"
     "  explain: a saved CompiledFunction::explain_json() document, printed readably\n"
     "  package: the kernel cache as one file for WARDEN_PACKAGE, tagged with WARDEN_CACHE_KEY_FILE's key";
@@ -94,9 +98,16 @@ int Package() {
     std::fprintf(stderr, "warden: package: no WARDEN_CACHE_KEY_FILE: the entries are not authenticated; hosts "
                          "load them only with WARDEN_CACHE_UNAUTHENTICATED=1 and from a private file\n");
   }
+  std::set<std::string> used;
+  if (!absl::GetFlag(FLAGS_trace).empty()) {
+    auto keys = warden::report::KernelKeysUsed(Resolve(absl::GetFlag(FLAGS_trace)));
+    if (!keys.ok()) return Fail(absl::StrCat("package: ", keys.status().message()));
+    used = *std::move(keys);
+    if (used.empty()) return Fail("package: the trace records no kernel library (was the backend \"cpp\"?)");
+  }
   int count = 0;
   std::vector<std::string> skipped;
-  auto bytes = warden::codegen::BuildPackage(dir, key, &count, &skipped);
+  auto bytes = warden::codegen::BuildPackage(dir, key, &count, &skipped, used.empty() ? nullptr : &used);
   if (!bytes.ok()) return Fail(absl::StrCat("package: ", bytes.status().message()));
   for (const std::string& s : skipped) std::fprintf(stderr, "warden: package: skipped %s\n", s.c_str());
   if (auto written = warden::files::WritePrivateFile(out, *bytes); !written.ok()) {

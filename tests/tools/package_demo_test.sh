@@ -13,9 +13,16 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 head -c 32 /dev/urandom | base64 > "$t/key"
 chmod 600 "$t/key"
-WARDEN_CACHE_DIR="$t/build" "$demo" > "$t/build.txt" 2>&1 || fail "demo (build host): $(tail -20 "$t/build.txt")"
-WARDEN_CACHE_KEY_FILE="$t/key" "$warden" package --cache="$t/build/kernels" --out="$t/demo.wpkg" > "$t/pkg.txt" \
-  || fail "warden package: $(cat "$t/pkg.txt")"
+WARDEN_CACHE_DIR="$t/build" WARDEN_TRACE_DIR="$t/buildtrace" "$demo" > "$t/build.txt" 2>&1 \
+  || fail "demo (build host): $(tail -20 "$t/build.txt")"
+# Another run into the same cache (other kernels): a package of the traced run leaves them out.
+WARDEN_CACHE_DIR="$t/build" "$demo" --d=32 --calls=20 > "$t/other.txt" 2>&1 || fail "demo --d=32: $(tail -5 "$t/other.txt")"
+WARDEN_CACHE_KEY_FILE="$t/key" "$warden" package --cache="$t/build/kernels" --out="$t/all.wpkg" > "$t/all.txt" \
+  || fail "warden package (all): $(cat "$t/all.txt")"
+grep -q ": 4 kernel libraries" "$t/all.txt" || fail "expected the whole cache (4 libraries): $(cat "$t/all.txt")"
+WARDEN_CACHE_KEY_FILE="$t/key" "$warden" package --cache="$t/build/kernels" --trace="$t/buildtrace" \
+  --out="$t/demo.wpkg" > "$t/pkg.txt" || fail "warden package --trace: $(cat "$t/pkg.txt")"
+grep -q ": 2 kernel libraries" "$t/pkg.txt" || fail "expected the traced run's 2 libraries: $(cat "$t/pkg.txt")"
 grep -q "HMAC-SHA256 tagged" "$t/pkg.txt" || fail "package not tagged: $(cat "$t/pkg.txt")"
 [ "$(stat -c %a "$t/demo.wpkg")" = 600 ] || fail "package is not private"
 
