@@ -308,17 +308,47 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> InstallAndLoad(const std::s
                                                                     const std::vector<std::string>& kernels,
                                                                     bool* was_local) {
   const std::string base = absl::StrCat(dir, "/", entry.key);
-  uint64_t dev = 0, ino = 0;
-  auto local = Load(base + ".so", base + ".sha256", entry.key, kernels, &dev, &ino);
-  *was_local = local.ok();
-  if (local.ok()) return local;
+  const std::string so = base + ".so";
+  *was_local = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    uint64_t dev = 0, ino = 0;
+    auto local = Load(so, base + ".sha256", entry.key, kernels, &dev, &ino);
+    if (local.ok()) {
+      *was_local = true;
+      return local;
+    }
+    if (local.status().code() != absl::StatusCode::kAborted) break;  // renamed over while loading: read again
+  }
+  // As a compile does: the bytes go to a fresh name, are read back and loaded from there (a
+  // concurrent install of the same key renaming its file into place cannot swap them), then the
+  // record is written and the library renamed into place.
+  ASSIGN_OR_RETURN(const std::string tmp, files::MakeTempFile(so + ".in."));
+  struct RemoveTemp {
+    const std::string& path;
+    ~RemoveTemp() { unlink(path.c_str()); }
+  } remove_tmp{tmp};
+  RETURN_IF_ERROR(files::WritePrivateFile(tmp, entry.library));
+  ASSIGN_OR_RETURN(const files::FileContents written, files::ReadPrivateFile(tmp, kMaxLibraryBytes));
+  if (written.bytes != entry.library) return absl::AbortedError("the installed library changed while being written");
+  ASSIGN_OR_RETURN(auto library, OpenVerified(tmp, written, so, entry.key, kernels));
   RETURN_IF_ERROR(files::WritePrivateFile(base + ".sha256", RecordOf(entry.library)));
-  RETURN_IF_ERROR(files::WritePrivateFile(base + ".so", entry.library));
+  if (rename(tmp.c_str(), so.c_str()) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
+  }
   files::WritePrivateFile(base + ".meta", MetaOf(entry.portable, entry.compiler)).IgnoreError();  // for packaging
-  return Load(base + ".so", base + ".sha256", entry.key, kernels, &dev, &ino);
+  return library;
 }
 
-// A shared entry that failed verification: counted, reported once, and noted for explain.
+// The name of `key` in the shared cache: a namespace per fleet key (a fingerprint of it), so that
+// entries of another key, of an unauthenticated writer or from before a key rotation are never
+// even fetched, let alone rejected on every miss.
+std::string RemoteKey(const SharingConfig& sharing, const std::string& key) {
+  return absl::StrCat(sharing.key.has_value() ? KeyFingerprint(*sharing.key) : std::string("unauthenticated"), ":",
+                      key);
+}
+
+// A shared entry that failed verification (or could not be installed): counted, reported every
+// time, and noted for explain.
 void Reject(const std::string& where, const absl::Status& why, std::string* note) {
   num_rejected.fetch_add(1);
   const std::string text = absl::StrCat(where, " entry rejected (", why.message(), ")");
@@ -331,9 +361,10 @@ void Reject(const std::string& where, const absl::Status& why, std::string* note
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
     const std::string& source, const std::vector<std::string>& kernels) {
   const SharingConfig sharing = ReadSharingConfig();
-  const std::string portable = HashHex(absl::StrCat(
+  // SHA-256 (not HashHex): these name kernels across a fleet, where collisions must be infeasible.
+  const std::string portable = files::Sha256Hex(absl::StrCat(
       "warden-portable-v1", std::string(1, '\0'), source, std::string(1, '\0'), absl::StrJoin(CompileFlags(), " "),
-      " ", absl::StrJoin(LinkFlags(), " "), std::string(1, '\0'), CpuFlags()));
+      " ", absl::StrJoin(LinkFlags(), " "), std::string(1, '\0'), CpuFlags())).substr(0, 32);
   ASSIGN_OR_RETURN(const std::string dir, UsableCacheDir());
   std::string note;  // rejected shared entries, for the origin
 
@@ -363,8 +394,11 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   }
   ASSIGN_OR_RETURN(const std::string compiler, std::move(found));
   ASSIGN_OR_RETURN(const std::string identity, CompilerIdentity(compiler, dir));
-  const std::string key = HashHex(absl::StrCat("warden-kernel-v3", std::string(1, '\0'), portable,
-                                               std::string(1, '\0'), identity));
+  // The name it is invoked by counts too: one binary may behave per argv[0] (clang / clang++).
+  const std::string invoked = compiler.substr(compiler.rfind('/') + 1);
+  const std::string key = files::Sha256Hex(absl::StrCat("warden-kernel-v3", std::string(1, '\0'), portable,
+                                                        std::string(1, '\0'), identity, " as ", invoked))
+                              .substr(0, 32);
   const std::string base = absl::StrCat(dir, "/", key);
   const std::string so = base + ".so";
   const std::string record = base + ".sha256";
@@ -388,7 +422,7 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
 
   const bool remote = sharing.enabled() && !sharing.remote.empty();
   if (remote) {
-    auto got = RemoteGet(sharing.remote, key);
+    auto got = RemoteGet(sharing.remote, RemoteKey(sharing, key));
     if (got.ok() && got->has_value()) {
       auto entry = DecodeEntry(**got, sharing, key, "");
       if (entry.ok()) {
@@ -440,7 +474,10 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   files::WritePrivateFile(base + ".meta", MetaOf(portable, absl::StrCat(compiler, " ", identity))).IgnoreError();
   if (remote) {
     KernelEntry entry{key, portable, absl::StrCat(compiler, " ", identity), built->bytes};
-    RemotePut(sharing.remote, key, EncodeEntry(entry, sharing.key)).IgnoreError();  // warned in Run
+    // After a rejected entry, overwrite it: a stale or foreign entry must not block the key forever.
+    const bool replace = note.find("remote entry rejected") != std::string::npos;
+    RemotePut(sharing.remote, RemoteKey(sharing, key), EncodeEntry(entry, sharing.key), replace)
+        .IgnoreError();  // warned in Run
   }
   return with_origin(std::move(library), "compiled");
 }

@@ -59,14 +59,21 @@ DynamismProfile LoadDynamismProfile(const std::string& name, const std::string& 
   const std::string signature = Signature(args);
   p.path = PathFor(dir, name, function, signature);
   auto file = files::ReadPrivateFile(p.path, kMaxProfileBytes);
+  std::string version;  // what was read, so that each distinct bad profile is reported once
   if (!file.ok()) {
     if (file.status().code() != absl::StatusCode::kNotFound) p.note = std::string(file.status().message());
   } else {
+    version = files::Sha256Hex(file->bytes);
     const nlohmann::json j = nlohmann::json::parse(file->bytes, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("version", 0) != kVersion || !j.contains("dims") || !j["dims"].is_array()) {
+    // Every field's type is checked before it is read (json::value throws on a wrong type).
+    auto string_field = [&](const char* key) {
+      return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+    };
+    if (!j.is_object() || !j.contains("version") || !j["version"].is_number_integer() ||
+        j["version"].get<int64_t>() != kVersion || !j.contains("dims") || !j["dims"].is_array()) {
       p.note = "malformed";
-    } else if (j.value("name", "") != name || j.value("function", "") != function ||
-               j.value("signature", "") != signature) {
+    } else if (string_field("name") != name || string_field("function") != function ||
+               string_field("signature") != signature) {
       p.note = "written for another function (name, callable or argument signature differ)";
     } else {
       for (const auto& d : j["dims"]) {
@@ -74,9 +81,9 @@ DynamismProfile LoadDynamismProfile(const std::string& name, const std::string& 
           p.note = "malformed";
           break;
         }
-        const int64_t arg = d[0], dim = d[1];
-        if (arg < 0 || arg >= static_cast<int64_t>(args.size()) || !args[arg].isTensor() || dim < 0 ||
-            dim >= args[arg].toTensor().dim()) {
+        const int64_t arg = d[0].get<int64_t>(), dim = d[1].get<int64_t>();
+        if (arg < 0 || arg >= static_cast<int64_t>(args.size()) || !args[arg].isTensor() ||
+            !args[arg].toTensor().defined() || dim < 0 || dim >= args[arg].toTensor().dim()) {
           p.note = absl::StrCat("names arg", arg, ".size(", dim, "), which the arguments do not have");
           break;
         }
@@ -87,7 +94,7 @@ DynamismProfile LoadDynamismProfile(const std::string& name, const std::string& 
   if (!p.note.empty()) {
     p.dims.clear();
     p.note = absl::StrCat("dynamism profile ", p.path, " ignored: ", p.note);
-    WarnOnce(p.note, absl::StrCat("warden: function '", EscapeControl(name), "': ", EscapeControl(p.note)));
+    WarnOnce(p.note + version, absl::StrCat("warden: function '", EscapeControl(name), "': ", EscapeControl(p.note)));
   }
   return p;
 }
@@ -100,7 +107,15 @@ void SaveDynamismProfile(const std::string& name, const std::string& function, c
   if (!resolved.ok()) return;
   const std::string signature = Signature(args);
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& [arg, dim] : dims) list.push_back({arg, dim});
+  for (const auto& [arg, dim] : dims) {
+    // Only dims these arguments have (the signature is theirs; a dim of an earlier rank is not).
+    if (arg < 0 || arg >= static_cast<int>(args.size()) || !args[arg].isTensor() || !args[arg].toTensor().defined() ||
+        dim < 0 || dim >= args[arg].toTensor().dim()) {
+      continue;
+    }
+    list.push_back({arg, dim});
+  }
+  if (list.empty()) return;
   const nlohmann::json j = {
       {"version", kVersion}, {"name", name}, {"function", function}, {"signature", signature}, {"dims", list}};
   files::WritePrivateFile(PathFor(*resolved, name, function, signature), j.dump() + "\n").IgnoreError();

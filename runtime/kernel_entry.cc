@@ -60,6 +60,7 @@ bool IsHex(absl::string_view s, size_t length) {
 std::string OneLine(const std::string& s) {
   std::string out;
   for (char c : s) out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  if (out.size() > 1024) out = out.substr(0, 1021) + "...";  // the header must fit kMaxHeaderBytes
   return out;
 }
 
@@ -70,6 +71,8 @@ std::string Covered(const KernelEntry& e) {
 }
 
 }  // namespace
+
+std::string KeyFingerprint(const std::string& key) { return HmacHex(key, "warden-key-fingerprint-v1").substr(0, 16); }
 
 absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
   auto file = files::ReadRegularFile(path, 4096, files::Trust::kSecret);
@@ -210,7 +213,8 @@ const std::string* Package::Find(const std::string& portable) const {
 std::shared_ptr<const Package> CurrentPackage(const SharingConfig& config) {
   if (config.package.empty() || !config.enabled()) return nullptr;
   static std::mutex mu;
-  static auto* loaded = new std::map<std::string, std::shared_ptr<const Package>>();
+  // Per path, the version last read (a new version replaces the old one's bytes).
+  static auto* loaded = new std::map<std::string, std::pair<std::string, std::shared_ptr<const Package>>>();
   struct stat st;
   std::string version = config.package;
   if (stat(config.package.c_str(), &st) == 0) {
@@ -218,18 +222,18 @@ std::shared_ptr<const Package> CurrentPackage(const SharingConfig& config) {
                     st.st_mtim.tv_nsec, "|", config.key.has_value());
   }
   std::lock_guard<std::mutex> lock(mu);
-  auto it = loaded->find(version);
-  if (it != loaded->end()) return it->second;
+  auto it = loaded->find(config.package);
+  if (it != loaded->end() && it->second.first == version) return it->second.second;
   auto package = Package::Open(config.package, config);
   if (!package.ok()) {
     runtime::WarnOnce(absl::StrCat("package-", version),
                       absl::StrCat("warden: WARDEN_PACKAGE unusable: ",
                                    runtime::EscapeControl(std::string(package.status().message())),
                                    "; kernels are compiled locally where a compiler is available"));
-    loaded->emplace(version, nullptr);
+    (*loaded)[config.package] = {version, nullptr};
     return nullptr;
   }
-  loaded->emplace(version, *package);
+  (*loaded)[config.package] = {version, *package};
   return *package;
 }
 

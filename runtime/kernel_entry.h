@@ -16,10 +16,15 @@
 //     unauthenticated package must still be a private file (Note [Private files]).
 //   - An entry that fails any check (malformed, wrong key, size, digest, tag) is never written to
 //     the local cache nor loaded; it is reported, and the kernel is compiled locally.
-//   - A verified entry is written to the local cache through the private, digest-recorded path
-//     and loaded from there exactly as a local hit (the library must also contain its key).
-//   - Keys. The cache key (local, remote) hashes the source, the flags, the CPU's feature flags
-//     and the compiler's identity (the SHA-256 of its resolved binary): a host with other CPU
+//   - A verified entry is installed in the local cache as a compile's output is (written to a
+//     fresh name, read back, loaded from there, recorded, renamed into place), so concurrent
+//     installs of one key never swap bytes under each other.
+//   - In Redis, entries live in a namespace per fleet key (a 16-hex-digit HMAC fingerprint), so
+//     another key's entries, or those from before a key rotation, are never fetched; an entry that
+//     was rejected is overwritten by the local rebuild, so a bad entry does not block its key.
+//   - Keys (SHA-256, truncated to 128 bits). The cache key (local, remote) hashes the source, the
+//     flags, the CPU's feature flags and the compiler's identity (the SHA-256 of its resolved
+//     binary and the name it is invoked by): a host with other CPU
 //     features or another compiler binary never shares an entry. A package is looked up by the
 //     portable key (the same without the compiler), since the host reading it may have no
 //     compiler: a package fixes the compiler, recorded in each entry.
@@ -52,6 +57,10 @@ struct SharingConfig {
 // Reads the environment now (each compile does; nothing here is on the hot path). Warns once per
 // distinct problem (an unusable key file, no key without the opt-in, the opt-in itself).
 SharingConfig ReadSharingConfig();
+
+// A fingerprint of a fleet key (16 hex digits of an HMAC of a constant): names its namespace in the
+// shared cache without revealing it.
+std::string KeyFingerprint(const std::string& key);
 
 // Reads a key file by the rules of the Note. InvalidArgument/FailedPrecondition naming the problem.
 absl::StatusOr<std::string> ReadKeyFile(const std::string& path);

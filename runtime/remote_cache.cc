@@ -19,7 +19,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -103,8 +105,15 @@ bool Poll(int fd, short events, const Deadline& d) {
 
 // One connection to one server. Callers hold `mu`.
 struct Server {
+  struct Address {
+    int family, socktype, protocol;
+    sockaddr_storage addr;
+    socklen_t len;
+  };
   std::mutex mu;
   int fd = -1;
+  pid_t pid = 0;                    // the process that opened fd (a forked child reconnects)
+  std::vector<Address> addresses;   // resolved once: name resolution is outside any deadline
   Clock::time_point down_until{};
   void Close() {
     if (fd >= 0) close(fd);
@@ -112,7 +121,8 @@ struct Server {
   }
 };
 
-absl::Status Connect(Server& s, const Url& u, const Deadline& d) {
+absl::Status Resolve(Server& s, const Url& u) {
+  if (!s.addresses.empty()) return absl::OkStatus();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -120,12 +130,25 @@ absl::Status Connect(Server& s, const Url& u, const Deadline& d) {
   if (const int rc = getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &found); rc != 0) {
     return absl::UnavailableError(absl::StrCat("cannot resolve ", u.host, ": ", gai_strerror(rc)));
   }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(found, freeaddrinfo);
-  std::string last = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
+    Server::Address addr{a->ai_family, a->ai_socktype, a->ai_protocol, {}, a->ai_addrlen};
+    std::memcpy(&addr.addr, a->ai_addr, a->ai_addrlen);
+    s.addresses.push_back(addr);
+  }
+  freeaddrinfo(found);
+  return absl::OkStatus();
+}
+
+absl::Status Connect(Server& s, const Url& u, const Deadline& d) {
+  RETURN_IF_ERROR(Resolve(s, u));
+  std::string last = "no address";
+  for (const Server::Address& a : s.addresses) {
+    const int fd = socket(a.family, a.socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.protocol);
     if (fd < 0) continue;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    // EINTR: the connection still completes asynchronously, as with EINPROGRESS.
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 && errno != EINPROGRESS &&
+        errno != EINTR) {
       last = std::strerror(errno);
       close(fd);
       continue;
@@ -142,6 +165,7 @@ absl::Status Connect(Server& s, const Url& u, const Deadline& d) {
       continue;
     }
     s.fd = fd;
+    s.pid = getpid();
     return absl::OkStatus();
   }
   return absl::UnavailableError(absl::StrCat("cannot connect to ", u.host, ":", u.port, ": ", last));
@@ -192,7 +216,13 @@ absl::StatusOr<Reply> Command(Server& s, const std::vector<std::string>& argv, c
     const ssize_t n = recv(s.fd, buf, sizeof(buf), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
-    if (n == 0) return absl::UnavailableError("the server closed the connection mid-reply");
+    if (n == 0) {
+      return absl::UnavailableError(received == 0 ? "the server closed the connection"
+                                                  : "the server closed the connection mid-reply");
+    }
+    // Warden's commands answer with one bulk string, nil, status or error: an array (whose
+    // elements hiredis would allocate before a single byte of them arrived) is refused.
+    if (received == 0 && buf[0] == '*') return absl::DataLossError("protocol error: unexpected array reply");
     received += n;
     if (received > kMaxEntryBytes + 64) {
       return absl::DataLossError(absl::StrCat("size: the reply passed ", kMaxEntryBytes, " bytes"));
@@ -216,7 +246,13 @@ Server& ServerFor(const std::string& url) {
 // Runs `argv` on the server at `url` under one deadline, connecting (and selecting the database)
 // first if needed. A failure closes the connection and marks the server down for kRetryAfter.
 absl::StatusOr<Reply> Run(const std::string& url, const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(const Url u, ParseUrl(url));
+  auto parsed = ParseUrl(url);
+  if (!parsed.ok()) {
+    runtime::WarnOnce(absl::StrCat("remote-url-", url),
+                      absl::StrCat("warden: ", parsed.status().message(), "; the shared kernel cache is off"));
+    return parsed.status();
+  }
+  const Url& u = *parsed;
   Server& s = ServerFor(url);
   std::lock_guard<std::mutex> lock(s.mu);
   if (Clock::now() < s.down_until) {
@@ -224,6 +260,11 @@ absl::StatusOr<Reply> Run(const std::string& url, const std::vector<std::string>
     return absl::UnavailableError("the server failed less than 10 s ago");
   }
   const Deadline d{Clock::now() + std::chrono::milliseconds(TimeoutMs())};
+  if (s.fd >= 0 && s.pid != getpid()) {
+    // Inherited through fork(): the connection is the parent's; this process opens its own.
+    close(s.fd);
+    s.fd = -1;
+  }
   auto attempt = [&]() -> absl::StatusOr<Reply> {
     if (s.fd < 0) {
       RETURN_IF_ERROR(Connect(s, u, d));
@@ -234,7 +275,15 @@ absl::StatusOr<Reply> Run(const std::string& url, const std::vector<std::string>
     }
     return Command(s, argv, d);
   };
+  const bool reused = s.fd >= 0;
   auto reply = attempt();
+  if (!reply.ok() && reused &&
+      (reply.status().message() == "the server closed the connection" ||
+       absl::StartsWith(reply.status().message(), "send: "))) {
+    // An idle connection the server (or a NAT) dropped: once more on a fresh one, same deadline.
+    s.Close();
+    reply = attempt();
+  }
   if (!reply.ok()) {
     s.Close();
     s.down_until = Clock::now() + kRetryAfter;
@@ -263,8 +312,10 @@ absl::StatusOr<std::optional<std::string>> RemoteGet(const std::string& url, con
   return std::string(r->str, r->len);
 }
 
-absl::Status RemotePut(const std::string& url, const std::string& key, const std::string& entry) {
-  ASSIGN_OR_RETURN(Reply r, Run(url, {"SET", RedisKey(key), entry, "NX"}));
+absl::Status RemotePut(const std::string& url, const std::string& key, const std::string& entry, bool replace) {
+  std::vector<std::string> argv = {"SET", RedisKey(key), entry};
+  if (!replace) argv.push_back("NX");
+  ASSIGN_OR_RETURN(Reply r, Run(url, argv));
   if (r->type == REDIS_REPLY_ERROR) return absl::UnavailableError(absl::StrCat("SET: ", r->str));
   num_puts.fetch_add(1);
   return absl::OkStatus();

@@ -118,6 +118,12 @@ TEST(DynamismProfile, StaleOrMalformedProfilesAreIgnoredWithANote) {
     const char* note;
   } cases[] = {
       {"garbage", "{not json", "ignored: malformed"},
+      {"a field of the wrong type", [&] {
+         nlohmann::json k = j;
+         k["version"] = "1";
+         k["name"] = 7;
+         return k.dump();
+       }(), "ignored: malformed"},
       {"a dim the arguments lack", [&] {
          nlohmann::json k = j;
          k["dims"] = {{0, 7}};

@@ -265,6 +265,9 @@ TEST(SharedCache, TamperedEntriesAreRejectedAndRebuilt) {
     EXPECT_EQ(after.remote_hits - before.remote_hits, 2);
     EXPECT_THAT(Joined(origins), HasSubstr(absl::StrCat("compiled; remote entry rejected (", c.reason)));
     EXPECT_THAT(err, HasSubstr("remote entry rejected"));
+    // The rebuilt kernel replaced the rejected entry: the key heals instead of failing forever.
+    const auto healed = codegen::DecodeEntry(redis.Get(keys[0]), codegen::ReadSharingConfig(), "", "");
+    EXPECT_TRUE(healed.ok()) << healed.status();
   }
 }
 
@@ -367,6 +370,43 @@ TEST(SharedCache, DeadSlowAndKilledServersDegradeToLocalCompiles) {
   testing::internal::CaptureStderr();
   EXPECT_EQ(Joined(RunWorkload()), "compiled\ncompiled\ncompiled\n");
   EXPECT_THAT(testing::internal::GetCapturedStderr(), HasSubstr("compiling locally"));
+}
+
+// Entries are kept per fleet key: another key's entries (or those from before a key rotation) are
+// never fetched, so they are neither loaded nor reported as attacks; both fleets share one server.
+TEST(SharedCache, EachKeyHasItsOwnNamespace) {
+  RedisServer redis;
+  TempDir work;
+  ScopedEnv remote("WARDEN_REMOTE_CACHE", redis.url().c_str());
+  codegen::ResetRemoteCacheForTesting();
+  {
+    ScopedEnv key("WARDEN_CACHE_KEY_FILE", WriteKey(work.path(), "the old fleet key, rotated out").c_str());
+    ScopedCacheDir cache;
+    RunWorkload();
+  }
+  ScopedEnv key("WARDEN_CACHE_KEY_FILE", WriteKey(work.path(), "the new fleet key, rotated in").c_str());
+  {
+    ScopedCacheDir cache;
+    const codegen::KernelCacheStats before = codegen::GetKernelCacheStats();
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(Joined(RunWorkload()), "compiled\ncompiled\ncompiled\n");
+    EXPECT_THAT(testing::internal::GetCapturedStderr(), testing::Not(HasSubstr("rejected")));
+    EXPECT_EQ(codegen::GetKernelCacheStats().rejected, before.rejected);
+  }
+  EXPECT_EQ(redis.Keys().size(), 6u);
+  ScopedCacheDir cache;
+  EXPECT_EQ(Joined(RunWorkload()), "remote hit\nremote hit\nremote hit\n");
+}
+
+// A reply that is an array (hiredis would allocate its elements up front) is refused at once.
+TEST(SharedCache, ArrayRepliesAreRefused) {
+  FakeServer huge_array("*500000000\r\n:1\r\n");
+  codegen::ResetRemoteCacheForTesting();
+  testing::internal::CaptureStderr();
+  auto got = codegen::RemoteGet(huge_array.url(), "0123456789abcdef0123456789abcdef");
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("unexpected array reply"));
 }
 
 // Without a usable key nothing is shared (no request reaches the server) unless the user opts in.
