@@ -225,10 +225,11 @@ std::string MetaOf(const std::string& portable, const std::string& compiler) {
 
 std::string KeyMarker(const std::string& key) { return absl::StrCat("warden-kernel-key:", key); }
 
-// The record Warden writes next to a library it compiled: "sha256 <digest> <size>".
-std::string RecordOf(const std::string& library_bytes) {
-  return absl::StrCat("sha256 ", files::Sha256Hex(library_bytes), " ", library_bytes.size(), "\n");
-}
+// Removes a temporary file when the scope ends (renamed into place by then on success).
+struct UnlinkOnExit {
+  const std::string& path;
+  ~UnlinkOnExit() { unlink(path.c_str()); }
+};
 
 // Deletes the unusable file at `path`, unless what is there now is not the file that failed (dev
 // and ino of the file read; 0 if none was read: a symlink, FIFO or the like, always deleted), which
@@ -294,12 +295,27 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> Load(const std::string& pat
   if (!record.ok()) {
     return absl::DataLossError(absl::StrCat("no valid record of it was written by Warden (", record.status().message(), ")"));
   }
-  const std::string expected = RecordOf(library.bytes);
+  const std::string expected = LibraryRecord(library.bytes);
   if (expected.size() < 70 || record->bytes != expected) {
     return absl::DataLossError("its contents differ from what Warden recorded when it compiled it "
                                "(truncated, corrupt or foreign file)");
   }
   return OpenVerified(path, library, path, key, kernels);
+}
+
+// Puts the library at `tmp`, whose bytes were read back as `contents`, into place as `so` for
+// `key`: loaded from the temporary name (a concurrent writer of the same key renaming its own file
+// into place cannot swap it), then recorded, then renamed.
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> Commit(const std::string& tmp, const files::FileContents& contents,
+                                                            const std::string& so, const std::string& record,
+                                                            const std::string& key,
+                                                            const std::vector<std::string>& kernels) {
+  ASSIGN_OR_RETURN(auto library, OpenVerified(tmp, contents, so, key, kernels));
+  RETURN_IF_ERROR(files::WritePrivateFile(record, LibraryRecord(contents.bytes)));
+  if (rename(tmp.c_str(), so.c_str()) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
+  }
+  return library;
 }
 
 // The library of `entry` (verified, Note [Shared kernels]) in the local cache `dir`: loaded from
@@ -319,22 +335,13 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> InstallAndLoad(const std::s
     }
     if (local.status().code() != absl::StatusCode::kAborted) break;  // renamed over while loading: read again
   }
-  // As a compile does: the bytes go to a fresh name, are read back and loaded from there (a
-  // concurrent install of the same key renaming its file into place cannot swap them), then the
-  // record is written and the library renamed into place.
+  // As a compile's output: written to a fresh name, read back, then committed.
   ASSIGN_OR_RETURN(const std::string tmp, files::MakeTempFile(so + ".in."));
-  struct RemoveTemp {
-    const std::string& path;
-    ~RemoveTemp() { unlink(path.c_str()); }
-  } remove_tmp{tmp};
+  UnlinkOnExit remove_tmp{tmp};
   RETURN_IF_ERROR(files::WritePrivateFile(tmp, entry.library));
   ASSIGN_OR_RETURN(const files::FileContents written, files::ReadPrivateFile(tmp, kMaxLibraryBytes));
   if (written.bytes != entry.library) return absl::AbortedError("the installed library changed while being written");
-  ASSIGN_OR_RETURN(auto library, OpenVerified(tmp, written, so, entry.key, kernels));
-  RETURN_IF_ERROR(files::WritePrivateFile(base + ".sha256", RecordOf(entry.library)));
-  if (rename(tmp.c_str(), so.c_str()) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
-  }
+  ASSIGN_OR_RETURN(auto library, Commit(tmp, written, so, base + ".sha256", entry.key, kernels));
   files::WritePrivateFile(base + ".meta", MetaOf(entry.portable, entry.compiler)).IgnoreError();  // for packaging
   return library;
 }
@@ -347,15 +354,24 @@ std::string RemoteKey(const SharingConfig& sharing, const std::string& key) {
                       key);
 }
 
-// A shared entry that failed verification (or could not be installed): counted, reported every
-// time, and noted for explain.
-void Reject(const std::string& where, const absl::Status& why, std::string* note) {
+// The library of a shared entry (`where`: "package" or "remote") verified as DecodeEntry does and
+// installed locally; `was_local` when the local cache already had it. A failure is counted as a
+// rejection, reported on stderr every time (it is rare and may be an attack), appended to `note`
+// for explain, and returned.
+absl::StatusOr<std::shared_ptr<const KernelLibrary>> FromShared(
+    const char* where, absl::string_view bytes, const SharingConfig& sharing, const std::string& dir,
+    absl::string_view expect_key, absl::string_view expect_portable, const std::vector<std::string>& kernels,
+    bool* was_local, std::string* note) {
+  auto entry = DecodeEntry(bytes, sharing, expect_key, expect_portable);
+  absl::StatusOr<std::shared_ptr<const KernelLibrary>> library =
+      entry.ok() ? InstallAndLoad(dir, *entry, kernels, was_local) : entry.status();
+  if (library.ok()) return library;
   num_rejected.fetch_add(1);
-  const std::string text = absl::StrCat(where, " entry rejected (", why.message(), ")");
-  // Every time: a rejection is rare and may be an attack.
+  const std::string text = absl::StrCat(where, " entry rejected (", library.status().message(), ")");
   runtime::LogToStderr(absl::StrCat("warden: ", runtime::EscapeControl(text), "; compiling it locally\n"));
   if (!note->empty()) absl::StrAppend(note, "; ");
   absl::StrAppend(note, text);
+  return library;
 }
 
 absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
@@ -371,18 +387,12 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   // A package first: it serves hosts without a compiler (the portable key needs none).
   if (std::shared_ptr<const Package> package = CurrentPackage(sharing)) {
     if (const std::string* bytes = package->Find(portable)) {
-      auto entry = DecodeEntry(*bytes, sharing, "", portable);
-      if (entry.ok()) {
-        bool was_local = false;
-        auto library = InstallAndLoad(dir, *entry, kernels, &was_local);
-        if (library.ok()) {
-          (was_local ? num_disk_hits : num_package_hits).fetch_add(1);
-          (*library)->set_origin(was_local ? "local hit" : "package hit");
-          return library;
-        }
-        Reject("package", library.status(), &note);
-      } else {
-        Reject("package", entry.status(), &note);
+      bool was_local = false;
+      auto library = FromShared("package", *bytes, sharing, dir, "", portable, kernels, &was_local, &note);
+      if (library.ok()) {
+        (was_local ? num_disk_hits : num_package_hits).fetch_add(1);
+        (*library)->set_origin(was_local ? "local hit" : "package hit");
+        return library;
       }
     }
   }
@@ -421,21 +431,17 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   }
 
   const bool remote = sharing.enabled() && !sharing.remote.empty();
+  bool remote_rejected = false;  // then the rebuild overwrites the entry
   if (remote) {
     auto got = RemoteGet(sharing.remote, RemoteKey(sharing, key));
     if (got.ok() && got->has_value()) {
-      auto entry = DecodeEntry(**got, sharing, key, "");
-      if (entry.ok()) {
-        bool was_local = false;
-        auto library = InstallAndLoad(dir, *entry, kernels, &was_local);
-        if (library.ok()) {
-          num_remote_hits.fetch_add(1);
-          return with_origin(*std::move(library), "remote hit");
-        }
-        Reject("remote", library.status(), &note);
-      } else {
-        Reject("remote", entry.status(), &note);
+      bool was_local = false;
+      auto library = FromShared("remote", **got, sharing, dir, key, "", kernels, &was_local, &note);
+      if (library.ok()) {
+        num_remote_hits.fetch_add(1);
+        return with_origin(*std::move(library), "remote hit");
       }
+      remote_rejected = true;
     }
   }
 
@@ -443,10 +449,7 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   RETURN_IF_ERROR(files::WritePrivateFile(
       cc, absl::StrCat(source, "\nextern \"C\" const char warden_kernel_key[] = \"", KeyMarker(key), "\";\n")));
   ASSIGN_OR_RETURN(const std::string tmp, files::MakeTempFile(so + ".tmp."));
-  struct RemoveTemp {
-    const std::string& path;
-    ~RemoveTemp() { unlink(path.c_str()); }
-  } remove_tmp{tmp};
+  UnlinkOnExit remove_tmp{tmp};
   std::vector<std::string> args = {compiler};
   for (const std::string& f : CompileFlags()) args.push_back(f);
   args.insert(args.end(), {"-o", tmp, cc});
@@ -462,21 +465,15 @@ absl::StatusOr<std::shared_ptr<const KernelLibrary>> CompileOrLoad(
   if (!built.ok()) {
     return absl::InternalError(absl::StrCat(compiler, " produced no usable library: ", built.status().message()));
   }
-  // Loaded from the temporary name, so a concurrent build of the same key renaming its own file
-  // into place cannot swap it; the record and the name follow.
   files::SyncFile(tmp);  // on disk before its name and record say it is complete
-  ASSIGN_OR_RETURN(auto library, OpenVerified(tmp, *built, so, key, kernels));
-  RETURN_IF_ERROR(files::WritePrivateFile(record, RecordOf(built->bytes)));
-  if (rename(tmp.c_str(), so.c_str()) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
-  }
+  ASSIGN_OR_RETURN(auto library, Commit(tmp, *built, so, record, key, kernels));
   num_compiles.fetch_add(1);
-  files::WritePrivateFile(base + ".meta", MetaOf(portable, absl::StrCat(compiler, " ", identity))).IgnoreError();
+  const std::string built_by = absl::StrCat(compiler, " ", identity);
+  files::WritePrivateFile(base + ".meta", MetaOf(portable, built_by)).IgnoreError();
   if (remote) {
-    KernelEntry entry{key, portable, absl::StrCat(compiler, " ", identity), built->bytes};
+    KernelEntry entry{key, portable, built_by, built->bytes};
     // After a rejected entry, overwrite it: a stale or foreign entry must not block the key forever.
-    const bool replace = note.find("remote entry rejected") != std::string::npos;
-    RemotePut(sharing.remote, RemoteKey(sharing, key), EncodeEntry(entry, sharing.key), replace)
+    RemotePut(sharing.remote, RemoteKey(sharing, key), EncodeEntry(entry, sharing.key), remote_rejected)
         .IgnoreError();  // warned in Run
   }
   return with_origin(std::move(library), "compiled");

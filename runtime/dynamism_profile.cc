@@ -35,6 +35,12 @@ std::string Signature(const std::vector<c10::IValue>& args) {
   return sig;
 }
 
+// Whether the arguments have dim `dim` of argument `arg` (a defined tensor of enough rank).
+bool HasDim(const std::vector<c10::IValue>& args, int64_t arg, int64_t dim) {
+  return arg >= 0 && arg < static_cast<int64_t>(args.size()) && args[arg].isTensor() &&
+         args[arg].toTensor().defined() && dim >= 0 && dim < args[arg].toTensor().dim();
+}
+
 std::string ProfileDir() {
   const std::string kernels = codegen::KernelCacheDir();
   absl::string_view dir = kernels;
@@ -82,8 +88,7 @@ DynamismProfile LoadDynamismProfile(const std::string& name, const std::string& 
           break;
         }
         const int64_t arg = d[0].get<int64_t>(), dim = d[1].get<int64_t>();
-        if (arg < 0 || arg >= static_cast<int64_t>(args.size()) || !args[arg].isTensor() ||
-            !args[arg].toTensor().defined() || dim < 0 || dim >= args[arg].toTensor().dim()) {
+        if (!HasDim(args, arg, dim)) {
           p.note = absl::StrCat("names arg", arg, ".size(", dim, "), which the arguments do not have");
           break;
         }
@@ -109,11 +114,7 @@ void SaveDynamismProfile(const std::string& name, const std::string& function, c
   nlohmann::json list = nlohmann::json::array();
   for (const auto& [arg, dim] : dims) {
     // Only dims these arguments have (the signature is theirs; a dim of an earlier rank is not).
-    if (arg < 0 || arg >= static_cast<int>(args.size()) || !args[arg].isTensor() || !args[arg].toTensor().defined() ||
-        dim < 0 || dim >= args[arg].toTensor().dim()) {
-      continue;
-    }
-    list.push_back({arg, dim});
+    if (HasDim(args, arg, dim)) list.push_back({arg, dim});
   }
   if (list.empty()) return;
   const nlohmann::json j = {

@@ -31,13 +31,6 @@ std::string Env(const char* name) {
   return v != nullptr ? v : "";
 }
 
-std::string Hex(const unsigned char* data, size_t n) {
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) absl::StrAppendFormat(&out, "%02x", data[i]);
-  return out;
-}
-
 std::string HmacHex(const std::string& key, absl::string_view data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -45,7 +38,7 @@ std::string HmacHex(const std::string& key, absl::string_view data) {
            data.size(), mac, &length) == nullptr) {
     return "";
   }
-  return Hex(mac, length);
+  return files::Hex(absl::string_view(reinterpret_cast<const char*>(mac), length));
 }
 
 bool IsHex(absl::string_view s, size_t length) {
@@ -71,6 +64,10 @@ std::string Covered(const KernelEntry& e) {
 }
 
 }  // namespace
+
+std::string LibraryRecord(absl::string_view library_bytes) {
+  return absl::StrCat("sha256 ", files::Sha256Hex(library_bytes), " ", library_bytes.size(), "\n");
+}
 
 std::string KeyFingerprint(const std::string& key) { return HmacHex(key, "warden-key-fingerprint-v1").substr(0, 16); }
 
@@ -264,7 +261,7 @@ absl::StatusOr<std::string> BuildPackage(const std::string& cache_dir, const std
     auto record = files::ReadPrivateFile(base + ".sha256", 4096);
     auto meta = files::ReadPrivateFile(base + ".meta", 4096);
     if (!library.ok() || !record.ok() ||
-        record->bytes != absl::StrCat("sha256 ", files::Sha256Hex(library->bytes), " ", library->bytes.size(), "\n")) {
+        record->bytes != LibraryRecord(library->bytes)) {
       skipped->push_back(absl::StrCat(key, ": no library recorded by Warden"));
       continue;
     }

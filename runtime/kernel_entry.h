@@ -72,6 +72,10 @@ struct KernelEntry {
   std::string library;   // the shared library's bytes
 };
 
+// The record Warden writes beside a kernel library it put in its cache (Note [Kernel cache]):
+// "sha256 <digest> <size>\n".
+std::string LibraryRecord(absl::string_view library_bytes);
+
 constexpr int64_t kMaxEntryBytes = (int64_t{64} << 20) + 4096;
 
 // The entry as bytes: a text header (tagged with `hmac_key`, or "none"), a blank line, the library.

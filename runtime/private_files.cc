@@ -260,8 +260,13 @@ std::string Sha256Hex(absl::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) return "";
+  return Hex(absl::string_view(reinterpret_cast<const char*>(digest), length));
+}
+
+std::string Hex(absl::string_view bytes) {
   std::string hex;
-  for (unsigned int i = 0; i < length; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  hex.reserve(2 * bytes.size());
+  for (unsigned char c : bytes) absl::StrAppendFormat(&hex, "%02x", c);
   return hex;
 }
 

@@ -78,6 +78,9 @@ bool SyncFile(const std::string& path);
 // Whether a file may grow to `end_offset` bytes without passing RLIMIT_FSIZE (no SIGXFSZ).
 bool WithinFileSizeLimit(int64_t end_offset);
 
+// `bytes` as lowercase hex digits, two per byte.
+std::string Hex(absl::string_view bytes);
+
 // SHA-256 of `bytes`, 64 lowercase hex digits.
 std::string Sha256Hex(absl::string_view bytes);
 
