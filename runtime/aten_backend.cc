@@ -25,7 +25,11 @@ class ReplayArtifact final : public Artifact {
         inputs_.push_back({static_cast<int>(i), slots.Slot(g.arg_values[i])});
       }
     }
-    for (const tracer::Node& n : g.nodes) steps_.push_back(codegen::MakeOpStep(g, n, slots));
+    const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
+    for (const tracer::Node& n : g.nodes) {
+      steps_.push_back(codegen::MakeOpStep(g, n, slots));
+      steps_.back().no_grad = history_free[n.index];
+    }
     for (ValueId id : g.outputs) {
       Output out;
       if (id == tracer::kNoValue) {

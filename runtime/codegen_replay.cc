@@ -2,6 +2,8 @@
 // nodes of the code-generating backend.
 #include "runtime/codegen_replay.h"
 
+#include <c10/core/GradMode.h>
+
 #include "absl/strings/str_cat.h"
 #include "guards/guard.h"
 
@@ -93,8 +95,72 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots)
   return s;
 }
 
+std::vector<bool> HistoryFreeNodes(const tracer::Graph& g) {
+  std::vector<bool> free(g.nodes.size(), false);
+  if (!g.entry_mode.grad_mode) return free;
+  std::vector<char> needed(g.values.size(), 0);
+  for (tracer::ValueId o : g.outputs) {
+    if (o != tracer::kNoValue && g.value(o).meta.requires_grad) needed[o] = 1;
+  }
+  std::vector<tracer::ValueId> root(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v) root[v] = g.RootOf(static_cast<tracer::ValueId>(v));
+  auto mark_inputs = [&](const tracer::Node& n) {
+    for (const tracer::NodeArg& a : n.args) {
+      if (a.kind == tracer::NodeArg::Kind::kValue) needed[a.value] = 1;
+      for (tracer::ValueId v : a.values) {
+        if (v != tracer::kNoValue) needed[v] = 1;
+      }
+    }
+  };
+  // A write in place changes the history of every alias of what it writes (autograd rebases
+  // views on it): it is needed when any value of the storage it writes is, until nothing changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k) {
+      const tracer::Node& n = g.nodes[k];
+      bool any = false;
+      for (const tracer::NodeReturn& r : n.returns) {
+        for (tracer::ValueId v : r.values) any |= needed[v] != 0;
+      }
+      free[k] = !any;
+      if (any) mark_inputs(n);
+    }
+    std::vector<char> needed_root(g.values.size(), 0);
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      if (needed[v]) needed_root[root[v]] = 1;
+    }
+    for (const tracer::Node& n : g.nodes) {
+      if (!n.mutates || n.op == "aten::requires_grad_" || !free[n.index]) continue;
+      bool touches = false;
+      for (const tracer::NodeArg& a : n.args) {
+        if (a.kind == tracer::NodeArg::Kind::kValue) touches |= needed_root[root[a.value]] != 0;
+        for (tracer::ValueId v : a.values) touches |= v != tracer::kNoValue && needed_root[root[v]] != 0;
+      }
+      if (!touches) continue;
+      for (const tracer::NodeReturn& r : n.returns) {
+        for (tracer::ValueId v : r.values) needed[v] = 1;
+      }
+      changed = true;
+    }
+  }
+  return free;
+}
+
+namespace {
+bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack, std::string* failure);
+}  // namespace
+
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure) {
+  if (s.no_grad && !s.mode && c10::GradMode::is_enabled()) {  // Note [History-free nodes]
+    c10::AutoGradMode off(false);
+    return RunOpStepInMode(s, slots, stack, failure);
+  }
+  return RunOpStepInMode(s, slots, stack, failure);
+}
+
+namespace {
+bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack, std::string* failure) {
   if (s.unboxed != nullptr) {  // Note [Unboxed replay]
     at::Tensor out;
     if (s.mode) {
@@ -205,6 +271,7 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
   }
   return true;
 }
+}  // namespace
 
 RunScratch::Buffers& RunScratch::ThreadBuffers() {
   thread_local Buffers buffers;

@@ -79,7 +79,17 @@ struct OpStep {
   std::vector<std::vector<int64_t>> traced_shapes;
   std::optional<tracer::ThreadMode> mode;  // Note [Thread modes]: the state the call runs under
   UnboxedFn unboxed = nullptr;              // set when the op has an exact unboxed match
+  bool no_grad = false;  // Note [History-free nodes]: runs with grad mode off
 };
+
+// Note [History-free nodes]
+// A node none of whose results is an ancestor of an output that requires grad builds autograd
+// history nobody can observe: the gradients a function takes inside itself are graph nodes (Note
+// [Captured gradients] in tracer/tracer.cc), not replays of that history. Such nodes replay with
+// grad mode off, and a fused region of them may read inputs that require grad. Per node; all
+// false when the entry runs with grad mode off (nothing is recorded anyway). A write in place is
+// needed as soon as any value of the storage it writes is (autograd rebases views on it).
+std::vector<bool> HistoryFreeNodes(const tracer::Graph& graph);
 
 // Sets step->unboxed (and the converted int[] constants it reads) when the step is an exact match
 // of Note [Unboxed replay]; leaves it null otherwise.

@@ -82,6 +82,7 @@ struct KernelStep {
   std::vector<at::ScalarType> output_dtypes;
   std::vector<std::vector<int64_t>> output_sizes;  // traced
   int first_op = 0, end_op = 0;  // ops_[first_op, end_op): the region's nodes, for the fallback
+  bool history_free = false;     // Note [History-free nodes]: inputs may require grad
 };
 
 class CppArtifact final : public CodegenArtifact {
@@ -94,7 +95,11 @@ class CppArtifact final : public CodegenArtifact {
     for (size_t i = 0; i < g.arg_values.size(); ++i) {
       if (g.arg_values[i] != tracer::kNoValue) inputs_.push_back({static_cast<int>(i), slots.Slot(g.arg_values[i])});
     }
-    for (const tracer::Node& n : g.nodes) ops_.push_back(codegen::MakeOpStep(g, n, slots));
+    const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
+    for (const tracer::Node& n : g.nodes) {
+      ops_.push_back(codegen::MakeOpStep(g, n, slots));
+      ops_.back().no_grad = history_free[n.index];
+    }
 
     std::vector<int> region_at(g.nodes.size(), -1);
     for (size_t r = 0; r < plan_.regions.size(); ++r) region_at[plan_.regions[r].nodes.front()] = r;
@@ -146,6 +151,8 @@ class CppArtifact final : public CodegenArtifact {
       k.fixed_reduced = r.reduction == codegen::ReductionKind::kLayerNorm;
       k.first_op = r.nodes.front();
       k.end_op = r.nodes.back() + 1;
+      k.history_free = true;
+      for (int node : r.nodes) k.history_free = k.history_free && history_free[node];
       steps_.push_back({true, static_cast<int>(kernels_.size())});
       kernels_.push_back(std::move(k));
       i = r.nodes.back() + 1;
@@ -324,7 +331,7 @@ class CppArtifact final : public CodegenArtifact {
     absl::InlinedVector<const at::Tensor*, 8> ins;
     for (const KernelInput& in : k.inputs) {
       const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || t.requires_grad() ||
+      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || (t.requires_grad() && !k.history_free) ||
           t.dim() != static_cast<int64_t>(in.sizes.size())) {
         return false;
       }

@@ -107,6 +107,9 @@ std::string CompiledFunction::explain() const {
       }
       absl::StrAppend(&out, "\n");
     }
+    for (const std::string& grad : e->graph->gradients) {
+      absl::StrAppend(&out, "  gradient captured: ", grad, "\n");
+    }
     absl::StrAppend(&out, "  graph:\n");
     for (absl::string_view line : absl::StrSplit(GraphText(*e), '\n', absl::SkipEmpty())) {
       absl::StrAppend(&out, "    ", line, "\n");
@@ -167,6 +170,7 @@ std::string CompiledFunction::explain_json() const {
                        {"scalar_notes", e->scalar_notes},
                        {"verified_sizes", e->verified != nullptr ? VerifiedText(*e->verified) : ""},
                        {"mode_dependent_ops", e->graph->mode_dependent},
+                       {"gradients", e->graph->gradients},
                        {"watched_modules", e->modules.num_modules()},
                        {"unwatched_mode_hint", e->modules.empty() ? UnwatchedModeHint(*e->graph) : ""}});
   }

@@ -258,6 +258,7 @@ std::string Graph::ToString(const ShapeOf& shape_of) const {
     std::string flags;
     if (n.kind != NodeKind::kRule) absl::StrAppend(&flags, "  # ", NodeKindName(n.kind));
     if (n.mode) absl::StrAppend(&flags, flags.empty() ? "  # " : ", ", "mode: ", n.mode->Describe());
+    if (n.grad_of >= 0) absl::StrAppend(&flags, flags.empty() ? "  # " : ", ", "backward of %", n.grad_of);
     absl::StrAppend(&out, "  ", results.empty() ? "_" : absl::StrJoin(results, ", "), " = ", n.op,
                     "(", absl::StrJoin(args, ", "), ") : ", absl::StrJoin(types, ", "), flags,
                     "\n");

@@ -160,6 +160,9 @@ struct Node {
   // Set where the function changed thread-local state before this op (NoGradGuard, InferenceMode,
   // autocast): the state the op ran under, re-established by replay (Note [Thread modes]).
   std::optional<ThreadMode> mode;
+  // Note [Captured gradients] (tracer.cc): added by the derivative rule of node `grad_of` for a
+  // gradient the function took (-1: an op the function ran).
+  int grad_of = -1;
 };
 
 // What a graph argument was at trace time.
@@ -181,6 +184,9 @@ class Graph {
   // Note [Symbolic sizes]: the size leaves the op arguments' SymElems and the checks refer to.
   std::vector<SymLeaf> sym_leaves;
   std::vector<SymCheck> sym_checks;
+  // Note [Captured gradients]: each gradient taken inside the function, as captured
+  // ("d(%12) / d(theta) at %40..%57, create_graph=false").
+  std::vector<std::string> gradients;
 
   ValueId AddValue(Value v);
   const Value& value(ValueId id) const { return values.at(id); }

@@ -23,15 +23,19 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <ATen/Functions.h>
 #include <ATen/core/stack.h>
 #include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 #include "absl/strings/str_cat.h"
+#include "ops/derivatives.h"
 #include "ops/registry.h"
 #include "tracer/error.h"
 #include "tracer/torch_compat.h"
@@ -75,7 +79,15 @@ struct TraceState {
   std::vector<at::Tensor> arg_wrappers;  // the wrappers of the tensor arguments
   bool verification = false;     // Trace(..., verification): no observable effect may run
   const std::map<int, c10::IValue>* scalar_overrides = nullptr;  // verification only
-  std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers
+  std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers, mapped grad_fns
+  // Note [Captured gradients]: the value behind each autograd edge a traced tensor carries (the
+  // latest one), the real tensors of values made while grad mode was on (what a derivative rule
+  // may read), the forward nodes a gradient without retain_graph went through, and the forward
+  // node whose rule is running (-1: none).
+  std::map<std::pair<const torch::autograd::Node*, uint32_t>, ValueId> edge_values;
+  std::unordered_map<ValueId, at::Tensor> reals;
+  std::set<int> released;
+  int grad_of = -1;
   // Note [Symbolic sizes]: hand out symbolic sizes (off in an attempt retaken with plain sizes).
   bool symbolic_sizes = true;
   bool symbolic_handed_out = false;
@@ -643,6 +655,8 @@ bool BorrowsMemory(const at::Tensor& t) {
   return storage.nbytes() > 0 && storage.data_ptr().get() != nullptr && storage.data_ptr().get_context() == nullptr;
 }
 
+NodePtr RealGradFn(const at::Tensor& real);
+
 // Maps one tensor seen in a node's arguments to its value: wrappers to their value, plain tensors
 // to a (deduplicated) captured constant. Returns the real tensor to run the op with.
 ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
@@ -671,6 +685,20 @@ ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
   v.constant = t;
   ValueId id = st.graph->AddValue(std::move(v));
   st.constants.emplace(t.unsafeGetTensorImpl(), id);
+  if (t.requires_grad()) {
+    // A captured parameter: a gradient may be taken with respect to it (Note [Captured gradients]).
+    st.reals[id] = t;
+    NodePtr edge = RealGradFn(t);
+    uint32_t nr = static_cast<uint32_t>(t.output_nr());
+    if (edge == nullptr) {
+      edge = torch::autograd::impl::grad_accumulator(t);
+      nr = 0;
+    }
+    if (edge != nullptr) {
+      st.edge_values.emplace(std::make_pair(edge.get(), nr), id);
+      st.keep_alive.push_back(std::move(edge));
+    }
+  }
   return id;
 }
 
@@ -984,6 +1012,8 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
     if (OwnRequiresGrad(t)) torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = false;  // gained history
     torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
     w->set_mirrored(fn.get());
+    st.edge_values[{fn.get(), static_cast<uint32_t>(real.output_nr())}] = w->id();
+    st.keep_alive.push_back(fn);
     return;
   }
   // A leaf: its own flag, written directly (the user's requires_grad_() calls on the wrapper are
@@ -994,6 +1024,7 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   NodePtr acc = torch::autograd::impl::grad_accumulator(real);
   if (acc == nullptr) return;
   torch::autograd::impl::get_autograd_meta(t)->grad_accumulator_ = acc;
+  st.edge_values[{acc.get(), 0}] = w->id();
   st.keep_alive.push_back(std::move(acc));
 }
 
@@ -1258,6 +1289,7 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   node.random = (info != nullptr && info->random) || has_generator;
+  node.grad_of = st->grad_of;
 
   std::vector<ValueId> tensor_inputs;
   std::vector<at::Tensor> real_inputs;
@@ -1302,7 +1334,9 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     v.node = node.index;
     v.output_index = output_index++;
     v.alias_of = AliasedInput(real, tensor_inputs, real_inputs);
-    return g.AddValue(std::move(v));
+    const ValueId id = g.AddValue(std::move(v));
+    if (c10::GradMode::is_enabled()) st->reals[id] = real;  // Note [Captured gradients]
+    return id;
   };
   for (size_t j = 0; j < num_returns; ++j) {
     c10::IValue& iv = (*stack)[first + j];
@@ -1398,6 +1432,349 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&Fallback>());
 }
 
+// Note [Captured gradients]
+// A gradient taken inside a traced function (torch::autograd::grad, with or without create_graph)
+// becomes ordinary graph nodes: Warden's engine (installed as autograd's default engine; outside a
+// trace it hands every call to LibTorch's own) receives the call's roots, grad_outputs and
+// inputs as autograd edges. Every traced tensor mirrors its real tensor's edge (Note [Autograd
+// inside the trace]), so each edge maps back to the value that carries it: the traced ops from
+// the inputs to the roots are walked in reverse, and each one's derivative rule (ops/
+// derivatives.h) runs on traced tensors, so the backward ops are recorded like the forward's and
+// the backends compile both into one artifact (the cpp backend fuses the backward's pointwise
+// work). Without create_graph the gradients are detached, as eager's have no history.
+// The derivative rules replace autograd's formulas rather than tracing them: autograd's backward
+// nodes run on the real tensors, beneath the trace key, where they cannot be recorded without a
+// second capture layer below Autograd. Rules give control (the backward is fusible ATen ops, and
+// the gradient of a gradient is captured the same way) at the price of coverage: an op on the path
+// without a rule, a custom autograd::Function, a write in place to something the backward reads,
+// backward() (it accumulates into .grad, which is not an op), grad_outputs of another shape or
+// dtype than their output, or a second pass through a graph released by the first all fall back
+// to the previous behaviour: the trace is abandoned and the call runs eagerly, with the reason.
+
+using torch::autograd::edge_list;
+using torch::autograd::variable_list;
+
+std::vector<ValueId> TensorInputs(const Graph& g, const Node& n) {
+  std::vector<ValueId> ids;
+  for (const NodeArg& a : n.args) {
+    if (a.kind == NodeArg::Kind::kValue) {
+      ids.push_back(a.value);
+    } else if (a.kind == NodeArg::Kind::kValueList || a.kind == NodeArg::Kind::kOptValueList) {
+      for (ValueId v : a.values) ids.push_back(v);
+    }
+  }
+  return ids;
+}
+
+std::vector<ValueId> TensorOutputs(const Graph& g, const Node& n) {
+  std::vector<ValueId> ids;
+  for (const NodeReturn& r : n.returns) {
+    if (r.kind == NodeReturn::Kind::kScalar) continue;
+    for (ValueId v : r.values) ids.push_back(v);
+  }
+  return ids;
+}
+
+struct CaptureFailed {
+  std::string why;
+};
+
+class GradientCapture {
+ public:
+  explicit GradientCapture(TraceState& st) : st_(st), g_(*st.graph) {}
+
+  variable_list Run(const edge_list& roots, const variable_list& grad_outputs, bool keep_graph, bool create_graph,
+                    const edge_list& inputs) {
+    const int first_node = static_cast<int>(g_.nodes.size());
+    std::vector<ValueId> wanted;
+    for (const torch::autograd::Edge& e : inputs) wanted.push_back(ValueOf(e, "an input to differentiate"));
+    std::vector<ValueId> root_values;
+    for (size_t i = 0; i < roots.size(); ++i) root_values.push_back(ValueOf(roots[i], "a differentiated output"));
+    CheckWrites();
+    // Values that depend on a wanted input.
+    std::vector<char> dep(g_.values.size(), 0);
+    for (ValueId v : wanted) dep[v] = 1;
+    for (const Node& n : g_.nodes) {
+      bool any = false;
+      for (ValueId v : TensorInputs(g_, n)) any |= v != kNoValue && dep[v];
+      if (!any) continue;
+      for (ValueId v : TensorOutputs(g_, n)) dep[v] = 1;
+    }
+    for (size_t i = 0; i < roots.size(); ++i) {
+      const at::Tensor& go = grad_outputs.at(i);
+      if (!go.defined()) throw CaptureFailed{"a grad_output is undefined"};
+      const at::Tensor& root_real = Real(root_values[i]);
+      const at::Tensor go_real = RealOf(go);
+      if (!go_real.sizes().equals(root_real.sizes()) || go_real.scalar_type() != root_real.scalar_type()) {
+        throw CaptureFailed{"a grad_output's shape or dtype differs from its output's"};
+      }
+      Accumulate(root_values[i], go);
+    }
+    std::vector<int> path;
+    for (int k = first_node - 1; k >= 0; --k) {
+      const Node& n = g_.nodes[k];
+      const std::vector<ValueId> outs = TensorOutputs(g_, n);
+      std::vector<at::Tensor> out_grads;
+      bool any_grad = false;
+      for (ValueId v : outs) {
+        auto it = grads_.find(v);
+        out_grads.push_back(it != grads_.end() ? it->second : at::Tensor());
+        any_grad |= it != grads_.end();
+      }
+      if (!any_grad) continue;
+      const std::vector<ValueId> ins = TensorInputs(g_, n);
+      std::vector<bool> needs;
+      bool any_need = false;
+      for (ValueId v : ins) {
+        const bool need = v != kNoValue && dep[v] && g_.value(v).meta.requires_grad;
+        needs.push_back(need);
+        any_need |= need;
+      }
+      if (!any_need) continue;
+      Differentiate(n, ins, outs, out_grads, needs);
+      path.push_back(n.index);
+    }
+    variable_list result;
+    for (ValueId v : wanted) {
+      auto it = grads_.find(v);
+      at::Tensor r = it != grads_.end() ? it->second : at::Tensor();
+      if (r.defined() && !create_graph) r = r.detach();
+      result.push_back(r);
+    }
+    if (!keep_graph) st_.released.insert(path.begin(), path.end());
+    // What the backward reads of the forward: the values a replay keeps alive for it.
+    std::set<ValueId> saved;
+    for (size_t k = first_node; k < g_.nodes.size(); ++k) {
+      for (ValueId v : TensorInputs(g_, g_.nodes[k])) {
+        if (v == kNoValue) continue;
+        const Value& val = g_.value(v);
+        if (val.kind != ValueKind::kNode || val.node < first_node) saved.insert(v);
+      }
+    }
+    std::string saved_names;
+    for (ValueId v : saved) absl::StrAppend(&saved_names, saved_names.empty() ? "" : ", ", g_.ValueName(v));
+    std::string names;
+    for (ValueId v : wanted) absl::StrAppend(&names, names.empty() ? "" : ", ", g_.ValueName(v));
+    std::string outs;
+    for (ValueId v : root_values) absl::StrAppend(&outs, outs.empty() ? "" : ", ", g_.ValueName(v));
+    g_.gradients.push_back(absl::StrCat("d(", outs, ") / d(", names, "): ", path.size(), " forward ops, backward at %",
+                                        first_node, "..%", static_cast<int>(g_.nodes.size()) - 1,
+                                        "; reads ", saved_names.empty() ? "nothing" : saved_names, " of the forward",
+                                        create_graph ? "; create_graph" : ""));
+    return result;
+  }
+
+ private:
+  ValueId ValueOf(const torch::autograd::Edge& e, const char* what) {
+    auto it = st_.edge_values.find({e.function.get(), e.input_nr});
+    if (e.function == nullptr || it == st_.edge_values.end()) {
+      throw CaptureFailed{absl::StrCat(what, " was not computed by the traced ops (its autograd node is ",
+                                       NodeName(e.function), ")")};
+    }
+    return it->second;
+  }
+
+  const at::Tensor& Real(ValueId v) {
+    const Value& val = g_.value(v);
+    if (val.kind == ValueKind::kConstant) return val.constant;
+    auto it = st_.reals.find(v);
+    if (it == st_.reals.end()) throw CaptureFailed{absl::StrCat(g_.ValueName(v), " was made with grad mode off")};
+    return it->second;
+  }
+
+  static at::Tensor RealOf(const at::Tensor& t) {
+    WrapperImpl* w = AsWrapper(t);
+    return w != nullptr ? w->real() : t;
+  }
+
+  at::Tensor Traced(ValueId v) {
+    auto it = traced_.find(v);
+    if (it != traced_.end()) return it->second;
+    at::Tensor t = Wrap(Real(v), &st_, v);
+    MirrorAutograd(st_, AsWrapper(t), t);
+    traced_.emplace(v, t);
+    return t;
+  }
+
+  void Accumulate(ValueId v, const at::Tensor& grad) {
+    auto it = grads_.find(v);
+    if (it == grads_.end()) {
+      grads_.emplace(v, grad);
+    } else {
+      it->second = at::add(it->second, grad);
+    }
+  }
+
+  // A write in place after a node the backward reads would make the replay read the new data
+  // where eager's autograd raises; the last write per storage (requires_grad_ changes no data).
+  void CheckWrites() {
+    for (const Node& n : g_.nodes) {
+      if (!n.mutates || n.op == "aten::requires_grad_") continue;
+      for (size_t i = 0; i < n.args.size(); ++i) {
+        const auto* alias = n.handle ? n.handle->schema().arguments().at(i).alias_info() : nullptr;
+        if (n.handle && (alias == nullptr || !alias->isWrite())) continue;  // read only
+        std::vector<ValueId> written = n.args[i].values;
+        if (n.args[i].kind == NodeArg::Kind::kValue) written.push_back(n.args[i].value);
+        for (ValueId v : written) {
+          if (v != kNoValue) last_write_[g_.RootOf(v)] = std::max(last_write_[g_.RootOf(v)], n.index);
+        }
+      }
+    }
+  }
+
+  void Differentiate(const Node& n, const std::vector<ValueId>& ins, const std::vector<ValueId>& outs,
+                     const std::vector<at::Tensor>& out_grads, const std::vector<bool>& needs) {
+    const std::string at = absl::StrCat(n.op, " at %", n.index);
+    if (st_.released.count(n.index)) {
+      // Eager's autograd freed what this pass needs; its error, not a result.
+      TORCH_CHECK(false, "Trying to backward through the graph a second time (or directly access saved tensors after "
+                         "they have already been freed). Specify retain_graph=true if you need to backward through "
+                         "the graph a second time (Warden: ", at, " was differentiated by a pass without retain_graph)");
+    }
+    const ops::DerivativeRule rule = ops::FindDerivative(n.op);
+    if (rule == nullptr) throw CaptureFailed{absl::StrCat(at, " has no derivative rule in ops/derivatives.cc")};
+    if (n.mode) throw CaptureFailed{absl::StrCat(at, " ran under a thread-local mode the function set")};
+    for (ValueId v : ins) {
+      if (v == kNoValue) continue;
+      auto it = last_write_.find(g_.RootOf(v));
+      if (it != last_write_.end() && it->second > n.index) {
+        throw CaptureFailed{absl::StrCat(at, " reads a tensor that %", it->second, " later writes in place")};
+      }
+      if (c10::isComplexType(g_.value(v).meta.dtype)) throw CaptureFailed{absl::StrCat(at, " has a complex input")};
+    }
+    for (ValueId v : outs) {
+      auto it = last_write_.find(g_.RootOf(v));
+      if (it != last_write_.end() && it->second > n.index) {
+        throw CaptureFailed{absl::StrCat(at, "'s result is later written in place")};
+      }
+    }
+    std::vector<c10::IValue> args;
+    for (const NodeArg& a : n.args) {
+      switch (a.kind) {
+        case NodeArg::Kind::kConstant:
+          // An int C++ computed from symbolic sizes: the rule's copy of it is a literal, so the
+          // sizes it came from are specialized (Note [Symbolic sizes]).
+          for (const SymElem& e : a.sym_elems) {
+            for (int leaf : e.expr.symbols()) {
+              const SymLeaf& l = g_.sym_leaves.at(leaf);
+              st_.OnRead(l.value, MetadataRead::What::kSizes, l.dim);
+            }
+          }
+          args.push_back(a.constant);
+          break;
+        case NodeArg::Kind::kValue:
+          if (!g_.value(a.value).is_tensor) throw CaptureFailed{absl::StrCat(at, " takes a captured scalar")};
+          args.emplace_back(Traced(a.value));
+          break;
+        case NodeArg::Kind::kValueList: {
+          c10::List<at::Tensor> list;
+          for (ValueId v : a.values) list.push_back(Traced(v));
+          args.emplace_back(list);
+          break;
+        }
+        case NodeArg::Kind::kOptValueList: {
+          c10::List<c10::optional<at::Tensor>> list;
+          for (ValueId v : a.values) {
+            list.push_back(v == kNoValue ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(Traced(v)));
+          }
+          args.emplace_back(list);
+          break;
+        }
+      }
+    }
+    std::vector<at::Tensor> outputs;
+    for (ValueId v : outs) outputs.push_back(Traced(v));
+    ops::GradContext c{args, outputs, out_grads, needs,
+                       [](const at::Tensor& t) { return RealOf(t).sizes().vec(); }};
+    std::vector<at::Tensor> in_grads;
+    st_.grad_of = n.index;
+    try {
+      in_grads = rule(c);
+    } catch (const AbortTrace&) {
+      st_.grad_of = -1;
+      throw;
+    } catch (const std::exception& e) {
+      st_.grad_of = -1;
+      throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " failed: ", e.what())};
+    }
+    if (in_grads.size() > ins.size()) {
+      st_.grad_of = -1;
+      throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " returned ", in_grads.size(), " gradients for ",
+                                       ins.size(), " inputs")};
+    }
+    in_grads.resize(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!needs[i]) continue;
+      if (!in_grads[i].defined()) {
+        // A rule leaves out only what it cannot differentiate (masked_fill's value tensor).
+        st_.grad_of = -1;
+        throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " does not differentiate its input ", i)};
+      }
+      at::Tensor gi = in_grads[i];
+      const Value& input = g_.value(ins[i]);
+      if (RealOf(gi).scalar_type() != input.meta.dtype) gi = gi.to(input.meta.dtype);
+      if (!RealOf(gi).sizes().equals(Real(ins[i]).sizes())) {
+        st_.grad_of = -1;
+        throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " gave input ", i, " a gradient of shape ",
+                                         ShapeString(RealOf(gi).sizes().vec()), " for ",
+                                         ShapeString(Real(ins[i]).sizes().vec()))};
+      }
+      Accumulate(ins[i], gi);
+    }
+    st_.grad_of = -1;
+  }
+
+  TraceState& st_;
+  Graph& g_;
+  std::map<ValueId, at::Tensor> grads_;
+  std::map<ValueId, at::Tensor> traced_;
+  std::map<ValueId, int> last_write_;
+};
+
+// Autograd's default engine while Warden is loaded: a call from inside a trace is captured
+// (Note [Captured gradients]), every other call goes to LibTorch's engine unchanged.
+class CapturingEngine final : public torch::autograd::Engine {
+ public:
+  variable_list execute(const edge_list& roots, const variable_list& inputs, bool keep_graph, bool create_graph,
+                        bool accumulate_grad, const edge_list& outputs) override {
+    TraceState* st = current_state;
+    if (st != nullptr && !st->finished && st->backward_depth == 0 && st->abort_reason.empty() &&
+        st->untraceable.empty()) {
+      std::string why;
+      if (accumulate_grad || outputs.empty()) {
+        why = "backward() accumulates into .grad, which is not an op (torch::autograd::grad is captured)";
+      } else {
+        try {
+          GradientCapture capture(*st);
+          return capture.Run(roots, inputs, keep_graph, create_graph, outputs);
+        } catch (const CaptureFailed& f) {
+          why = f.why;
+          st->grad_of = -1;
+        }
+      }
+      Abandon(*st,
+              absl::StrCat("computes gradients inside the function (torch::autograd::grad or backward()) that "
+                           "Warden cannot capture: ",
+                           why),
+              /*can_continue=*/true);
+    }
+    return torch::autograd::Engine::get_base_engine().execute(roots, inputs, keep_graph, create_graph, accumulate_grad,
+                                                               outputs);
+  }
+};
+
+torch::autograd::Engine& CapturingEngineInstance() {
+  static auto* engine = new CapturingEngine();
+  return *engine;
+}
+
+// Installed once, at load time, unless another engine (Python's) already replaced the default.
+const bool capturing_engine_installed = [] {
+  if (&torch::autograd::Engine::get_default_engine() != &torch::autograd::Engine::get_base_engine()) return false;
+  torch::autograd::set_default_engine_stub(&CapturingEngineInstance);
+  return true;
+}();
+
 // Observes autograd's backward nodes on this thread while it lives (Note [Autograd inside the
 // trace]).
 class BackwardObserver {
@@ -1477,6 +1854,7 @@ TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& arg
       v.arg_index = static_cast<int>(i);
       v.meta = TensorMeta::Of(a.toTensor());
       vid = g.AddValue(std::move(v));
+      state->reals[vid] = a.toTensor();
       traced_args.push_back(Wrap(a.toTensor(), state.get(), vid));
       state->arg_wrappers.push_back(traced_args.back().toTensor());
       MirrorAutograd(*state, AsWrapper(traced_args.back().toTensor()), traced_args.back().toTensor());

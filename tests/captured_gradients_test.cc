@@ -1,0 +1,383 @@
+// Gradients taken inside a compiled function (Note [Captured gradients] in tracer/tracer.cc):
+// captured into the graph, compiled by both backends, equal to eager's; everything Warden cannot
+// capture runs eagerly with the reason, and raises where eager raises.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "bench/radon.h"
+#include "ops/derivatives.h"
+#include "runtime/warden.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using Args = std::vector<c10::IValue>;
+using Fn = std::function<std::vector<at::Tensor>(const Args&)>;
+
+class CapturedGradients : public ::testing::TestWithParam<const char*> {
+ protected:
+  warden::Options Opts(const std::string& name = "fn") const {
+    warden::Options o;
+    o.name = name;
+    o.backend = GetParam();
+    return o;
+  }
+};
+
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
+                 double atol = 1e-6) {
+  ASSERT_EQ(got.defined(), want.defined()) << what;
+  if (!want.defined()) return;
+  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_EQ(got.requires_grad(), want.requires_grad()) << what;
+  EXPECT_TRUE(torch::allclose(got.detach().to(torch::kDouble), want.detach().to(torch::kDouble), rtol, atol))
+      << what << "\n got " << got << "\n want " << want;
+}
+
+void ExpectCaptured(const warden::CompiledFunction& f) {
+  EXPECT_EQ(f.stats().eager_calls, 0) << f.explain();
+  EXPECT_THAT(f.explain(), HasSubstr("gradient captured")) << f.explain();
+}
+
+// The sampler's call: logp and its gradient in one function, the position made a leaf inside.
+TEST_P(CapturedGradients, RadonLogpAndGradientInOneGraph) {
+  const warden::bench::RadonData data = warden::bench::MakeRadonData();
+  auto fn = [&data](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor theta = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor logp = warden::bench::RadonLogp(theta, data);
+    const at::Tensor grad = torch::autograd::grad({logp}, {theta})[0];
+    return {logp.detach(), grad};
+  };
+  auto f = warden::compile(fn, Opts("radon"));
+  for (int call = 0; call < 4; ++call) {
+    const at::Tensor theta = warden::bench::RadonTheta(data) + 0.05 * call;
+    const auto got = f({theta});
+    const auto want = fn({theta});
+    ExpectClose(got[0], want[0], "logp", 1e-10, 1e-10);
+    ExpectClose(got[1], want[1], "dlogp", 1e-10, 1e-10);
+  }
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().cache_hits, 3);
+  ExpectCaptured(f);
+  EXPECT_THAT(f.explain(), HasSubstr("backward of"));
+}
+
+// theta passed in requiring grad, logp returned with its history: the forward keeps autograd (a
+// backward outside works), the captured gradient has none.
+TEST_P(CapturedGradients, GradientOfAnArgumentThatRequiresGrad) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    const at::Tensor y = (x.exp() * x).sum() + x.sin().sum();
+    return {y, torch::autograd::grad({y}, {x}, {}, /*retain_graph=*/true)[0]};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({6}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    auto got = f({x});
+    auto want = fn({x2});
+    ExpectClose(got[0], want[0], "y");
+    ExpectClose(got[1], want[1], "dy/dx");
+    got[0].backward();
+    want[0].backward();
+    ExpectClose(x.grad(), x2.grad(), "x.grad after a backward outside");
+  }
+  ExpectCaptured(f);
+}
+
+// An MLP's loss gradient with respect to its parameters (captured tensors), as a hand-written
+// training step computes it before an optimizer update.
+TEST_P(CapturedGradients, MlpParameterGradientsMatchEagerOverTrainingSteps) {
+  torch::manual_seed(5);
+  torch::nn::Sequential eager(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 16), torch::nn::Tanh(),
+                              torch::nn::Linear(16, 3));
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 16),
+                              torch::nn::Tanh(), torch::nn::Linear(16, 3));
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < eager->parameters().size(); ++i) model->parameters()[i].copy_(eager->parameters()[i]);
+  }
+  auto step_fn = [](torch::nn::Sequential& m) {
+    return [&m](const Args& a) -> std::vector<at::Tensor> {
+      const at::Tensor x = a[0].toTensor(), target = a[1].toTensor();
+      const at::Tensor logits = m->forward(x);
+      const at::Tensor loss = torch::log_softmax(logits, 1).mul(target).sum().neg() / 4.0 +
+                              (logits * logits).mean() * 0.01;
+      std::vector<at::Tensor> out = torch::autograd::grad({loss}, m->parameters());
+      out.insert(out.begin(), loss.detach());
+      return out;
+    };
+  };
+  auto f = warden::compile(step_fn(model), Opts("mlp_step"));
+  auto reference = step_fn(eager);
+  torch::optim::SGD opt_model(model->parameters(), 0.1), opt_eager(eager->parameters(), 0.1);
+  for (int step = 0; step < 20; ++step) {
+    torch::manual_seed(100 + step);
+    const at::Tensor x = torch::randn({4, 8});
+    const at::Tensor target = torch::one_hot(torch::randint(3, {4}), 3).to(torch::kFloat);
+    const auto got = f({x, target});
+    const auto want = reference({x, target});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectClose(got[i], want[i], "output " + std::to_string(i), 1e-4, 1e-5);
+    for (size_t i = 0; i + 1 < got.size(); ++i) {
+      model->parameters()[i].mutable_grad() = got[i + 1];
+      eager->parameters()[i].mutable_grad() = want[i + 1];
+    }
+    opt_model.step();
+    opt_eager.step();
+  }
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    ExpectClose(model->parameters()[i], eager->parameters()[i], "parameter " + std::to_string(i), 1e-4, 1e-5);
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+  ExpectCaptured(f);
+}
+
+// WGAN-GP's gradient penalty on an MLP critic: create_graph, then backward outside through it.
+TEST_P(CapturedGradients, GradientPenaltyWithCreateGraphBackpropagatesOutside) {
+  torch::manual_seed(9);
+  torch::nn::Sequential critic(torch::nn::Linear(6, 12), torch::nn::Tanh(), torch::nn::Linear(12, 1));
+  auto fn = [&critic](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor interp = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor score = critic->forward(interp);
+    const at::Tensor grad = torch::autograd::grad({score.sum()}, {interp}, {}, /*retain_graph=*/true,
+                                                  /*create_graph=*/true)[0];
+    const at::Tensor penalty = ((grad * grad).sum(1).sqrt() - 1).pow(2).mean();
+    return {penalty};
+  };
+  auto f = warden::compile(fn, Opts("penalty"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({5, 6});
+    for (auto& p : critic->parameters()) p.mutable_grad() = at::Tensor();
+    const auto got = f({x});
+    ASSERT_TRUE(got[0].requires_grad());
+    got[0].backward();
+    std::vector<at::Tensor> got_grads;
+    // The last layer's bias does not reach the penalty: its grad stays undefined, as in eager.
+    for (auto& p : critic->parameters()) got_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    for (auto& p : critic->parameters()) p.mutable_grad() = at::Tensor();
+    const auto want = fn({x});
+    want[0].backward();
+    ExpectClose(got[0], want[0], "penalty");
+    for (size_t i = 0; i < got_grads.size(); ++i) {
+      ExpectClose(got_grads[i], critic->parameters()[i].grad(), "critic parameter grad " + std::to_string(i));
+    }
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("create_graph"));
+  ExpectCaptured(f);
+}
+
+// A batch sweep: the captured backward follows the batch like the forward (no compile per size).
+TEST_P(CapturedGradients, BatchSweepDoesNotRecompilePerSize) {
+  torch::manual_seed(2);
+  const at::Tensor w = torch::randn({5, 3}).requires_grad_();
+  auto fn = [&w](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = torch::sigmoid(x.mm(w)).sum();
+    auto g = torch::autograd::grad({y}, {x, w});
+    return {g[0], g[1]};
+  };
+  auto f = warden::compile(fn, Opts("sweep"));
+  for (int64_t b = 2; b <= 9; ++b) {
+    const at::Tensor x = torch::randn({b, 5});
+    const auto got = f({x});
+    const auto want = fn({x});
+    ExpectClose(got[0], want[0], "dx at batch " + std::to_string(b));
+    ExpectClose(got[1], want[1], "dw at batch " + std::to_string(b));
+  }
+  EXPECT_LE(f.stats().compiles, 2) << f.explain();
+  ExpectCaptured(f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A derivative fuzz: each rule against autograd, through a compiled function, random inputs,
+// with broadcasting where the op allows it.
+struct RuleCase {
+  std::string name;
+  std::vector<std::vector<int64_t>> shapes;  // inputs (all differentiated)
+  std::function<at::Tensor(const std::vector<at::Tensor>&)> op;
+  bool positive = false;  // inputs in (0.5, 1.5)
+};
+
+std::vector<RuleCase> RuleCases() {
+  using V = std::vector<at::Tensor>;
+  return {
+      {"add_broadcast", {{3, 4}, {4}}, [](const V& v) { return v[0] + v[1] * 2; }},
+      {"sub_alpha", {{3, 1}, {1, 4}}, [](const V& v) { return at::sub(v[0], v[1], 3); }},
+      {"rsub", {{3, 4}}, [](const V& v) { return 2 - v[0]; }},
+      {"mul_div", {{2, 3}, {3}}, [](const V& v) { return v[0] * v[1] / (v[1] * v[1] + 1); }, true},
+      {"unary", {{7}}, [](const V& v) { return v[0].exp() + v[0].log() + v[0].sqrt() + v[0].rsqrt() + v[0].reciprocal(); }, true},
+      {"unary2", {{7}}, [](const V& v) { return v[0].tanh() + v[0].sigmoid() + v[0].relu() + at::silu(v[0]) + v[0].abs(); }},
+      {"trig_pow", {{6}}, [](const V& v) { return v[0].sin() * v[0].cos() + v[0].pow(3) + v[0].square() + v[0].log1p() + v[0].expm1(); }, true},
+      {"clamp", {{9}}, [](const V& v) { return v[0].clamp_min(-0.2) + v[0].clamp_max(0.3); }},
+      {"reductions", {{3, 4, 5}}, [](const V& v) { return v[0].sum(1) * 2 + v[0].mean(std::vector<int64_t>{0, 2}).sum() + v[0].mean() + v[0].sum(std::vector<int64_t>{1}, true).squeeze(1); }},
+      {"views", {{2, 3, 4}}, [](const V& v) { return v[0].view({6, 4}).t().reshape({2, 12}).permute({1, 0}).transpose(0, 1).unsqueeze(0).expand({3, 2, 12}); }},
+      {"select_slice", {{5, 6}}, [](const V& v) { return v[0].select(0, 2) * 3 + v[0].narrow(0, 1, 3).sum(0) + v[0].slice(1, 0, 6, 2).sum(); }},
+      {"index", {{6, 3}}, [](const V& v) { return v[0].index_select(0, torch::tensor({0, 2, 2, 5})) + v[0].gather(1, torch::tensor({{0}, {2}, {1}, {1}})).sum(); }},
+      {"matmuls", {{4, 5}, {5, 3}, {3}}, [](const V& v) { return at::addmm(v[2], v[0], v[1], 0.5, 2.0) + v[0].mm(v[1]) + v[0].matmul(v[1]).mv(v[2]).unsqueeze(1); }},
+      {"bmm_dot", {{2, 3, 4}, {2, 4, 2}, {5}}, [](const V& v) { return v[0].bmm(v[1]).sum() + v[2].dot(v[2]); }},
+      {"softmaxes", {{3, 5}}, [](const V& v) { return torch::softmax(v[0], 1) * torch::log_softmax(v[0], 0); }},
+      {"where_masked", {{4, 4}, {4}}, [](const V& v) { return at::where(v[0] > 0, v[0], v[1]) + v[0].masked_fill(v[0] < -0.5, 2.0); }},
+      {"cat_stack", {{2, 3}, {4, 3}}, [](const V& v) { return at::cat({v[0], v[1] * 2}, 0).sum(0) + at::stack({v[0].sum(0), v[1].sum(0)}).sum(0); }},
+      {"to_dtype", {{5}}, [](const V& v) { return v[0].to(torch::kDouble).exp().to(torch::kFloat) * v[0].clone(); }},
+  };
+}
+
+TEST_P(CapturedGradients, EveryRuleMatchesAutograd) {
+  for (const RuleCase& rc : RuleCases()) {
+    SCOPED_TRACE(rc.name);
+    auto fn = [&rc](const Args& a) -> std::vector<at::Tensor> {
+      std::vector<at::Tensor> inputs;
+      for (const c10::IValue& v : a) inputs.push_back(v.toTensor().detach().requires_grad_(true));
+      const at::Tensor out = rc.op(inputs);
+      const at::Tensor weights = torch::linspace(-1, 2, out.numel()).view(out.sizes());
+      std::vector<at::Tensor> grads = torch::autograd::grad({(out * weights).sum()}, inputs);
+      grads.push_back(out.detach());
+      return grads;
+    };
+    auto f = warden::compile(fn, Opts(rc.name));
+    for (int call = 0; call < 3; ++call) {
+      torch::manual_seed(40 + call);
+      Args args;
+      for (const auto& shape : rc.shapes) {
+        at::Tensor t = rc.positive ? torch::rand(shape) + 0.5 : torch::randn(shape);
+        args.emplace_back(t);
+      }
+      std::vector<at::Tensor> got, want;
+      try {
+        got = f(args);
+        want = fn(args);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << rc.name << ": " << e.what();
+        break;
+      }
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) ExpectClose(got[i], want[i], rc.name + " output " + std::to_string(i), 1e-4, 1e-5);
+    }
+    EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+    ExpectCaptured(f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What is not captured runs eagerly, says why, and behaves exactly as eager (results or errors).
+TEST_P(CapturedGradients, OpWithoutARuleRunsEagerlyWithTheReason) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = x.atan().sum();
+    return {torch::autograd::grad({y}, {x})[0]};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    const at::Tensor x = torch::randn({4});
+    ExpectClose(f({x})[0], fn({x})[0], "datan");
+  }
+  EXPECT_EQ(f.stats().eager_calls, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("aten::atan at %"));
+  EXPECT_THAT(f.explain(), HasSubstr("has no derivative rule"));
+}
+
+TEST_P(CapturedGradients, InPlaceWriteToASavedTensorRaisesLikeEager) {
+  const at::Tensor buf = torch::ones({3});
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    at::Tensor b = a[1].toTensor().clone();
+    const at::Tensor y = (x * b).sum();
+    b.add_(1);  // autograd saved b for x's gradient
+    return {torch::autograd::grad({y}, {x})[0]};
+  };
+  EXPECT_THROW(fn({torch::randn({3}), buf}), c10::Error);
+  auto f = warden::compile(fn, Opts());
+  EXPECT_THROW(f({torch::randn({3}), buf}), c10::Error);
+  EXPECT_THROW(f({torch::randn({3}), buf}), c10::Error);
+}
+
+TEST_P(CapturedGradients, SecondPassWithoutRetainGraphRaisesLikeEager) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = (x.exp() * 2).sum();
+    at::Tensor g1 = torch::autograd::grad({y}, {x})[0];
+    at::Tensor g2 = torch::autograd::grad({y}, {x})[0];
+    return {g1 + g2};
+  };
+  EXPECT_THROW(fn({torch::randn({3})}), c10::Error);
+  auto f = warden::compile(fn, Opts());
+  EXPECT_THROW(f({torch::randn({3})}), c10::Error);
+}
+
+TEST_P(CapturedGradients, RetainGraphAllowsASecondPass) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = (x.exp() * 2).sum();
+    at::Tensor g1 = torch::autograd::grad({y}, {x}, {}, /*retain_graph=*/true)[0];
+    at::Tensor g2 = torch::autograd::grad({y * 3}, {x})[0];
+    return {g1, g2};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    const at::Tensor x = torch::randn({3});
+    const auto got = f({x});
+    const auto want = fn({x});
+    ExpectClose(got[0], want[0], "g1");
+    ExpectClose(got[1], want[1], "g2");
+  }
+  ExpectCaptured(f);
+}
+
+TEST_P(CapturedGradients, UnusedInputFollowsAllowUnused) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor z = a[1].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = (x * x).sum();
+    auto g = torch::autograd::grad({y}, {x, z}, {}, c10::nullopt, false, /*allow_unused=*/true);
+    return {g[0], g[1].defined() ? g[1] : torch::full({1}, -7.0)};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    const at::Tensor x = torch::randn({3}), z = torch::randn({2});
+    const auto got = f({x, z});
+    const auto want = fn({x, z});
+    ExpectClose(got[0], want[0], "dx");
+    ExpectClose(got[1], want[1], "dz (unused)");
+  }
+  auto strict = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor z = a[1].toTensor().detach().requires_grad_(true);
+    return {torch::autograd::grad({(x * x).sum()}, {x, z})[0]};
+  };
+  auto g = warden::compile(strict, Opts("strict"));
+  EXPECT_THROW(g({torch::randn({3}), torch::randn({2})}), c10::Error);
+}
+
+TEST_P(CapturedGradients, ExplicitGradOutputs) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = x.tanh() * 3;
+    return {torch::autograd::grad({y}, {x}, {a[1].toTensor()})[0]};
+  };
+  auto f = warden::compile(fn, Opts());
+  for (int call = 0; call < 2; ++call) {
+    const at::Tensor x = torch::randn({2, 3}), v = torch::randn({2, 3});
+    ExpectClose(f({x, v})[0], fn({x, v})[0], "vjp");
+  }
+  ExpectCaptured(f);
+}
+
+TEST(DerivativeRules, CoverTheOpsRealModelsDifferentiate) {
+  const std::vector<std::string> ops = warden::ops::DerivativeOps();
+  for (const char* op : {"aten::addmm", "aten::mm", "aten::relu", "aten::_log_softmax", "aten::index_select",
+                         "aten::sum.dim_IntList", "aten::where.self"}) {
+    EXPECT_NE(warden::ops::FindDerivative(op), nullptr) << op;
+  }
+  EXPECT_EQ(warden::ops::FindDerivative("aten::atan"), nullptr);
+  EXPECT_GE(ops.size(), 50u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CapturedGradients, ::testing::Values("aten", "cpp"));
+
+}  // namespace
