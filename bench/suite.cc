@@ -10,7 +10,8 @@
 //   dispatch/  chain10_16, chain50_16 (10- and 50-op pointwise chains on 16 floats), tiny_mlp_b1
 //   memory/    chain10_1M, chain10_16M, plus copy/ of the same bytes (the bandwidth reference)
 //   blocks/    mlp (linear+gelu+linear), layer_norm, softmax, attention (pre-LN multi-head block)
-//   radon/     logp and logp_grad of the radon hierarchical model (bench/radon.h), N=919, J=85
+//   radon/     logp, logp_grad (gradient outside the function) and logp_and_grad_inside (gradient
+//              captured inside it) of the radon hierarchical model (bench/radon.h), N=919, J=85
 //   dynamic/   sweep_{static,auto,dynamic}: L = 1..512 once each through the attention block;
 //              one iteration = the whole sweep, counters compiles / hits / eager_calls
 //   guard/     args_{1,4,16,64} and entries_{1,8,64}: a passthrough (no ops), so a hit is only
@@ -193,6 +194,17 @@ std::vector<Workload>& Workloads() {
       };
       grad.inference = false;
       w->push_back(grad);
+      // The same, with the gradient taken inside the function (captured: one graph, Note
+      // [Captured gradients]): what a sampler's dlogp should be.
+      Workload inside{"radon/logp_and_grad_inside",
+                      [data](const Args& a) -> Outputs {
+                        const at::Tensor t = a[0].toTensor().detach().requires_grad_(true);
+                        const at::Tensor lp = warden::bench::RadonLogp(t, *data);
+                        return {lp.detach(), torch::autograd::grad({lp}, {t})[0]};
+                      },
+                      {theta}};
+      inside.inference = false;
+      w->push_back(inside);
     }
     // Guard and lookup overhead (entries_E adds E - 1 entries before the hit's; see Prepare).
     for (int n : {1, 4, 16, 64}) {

@@ -66,6 +66,7 @@ TEST_P(CapturedGradients, RadonLogpAndGradientInOneGraph) {
   EXPECT_EQ(f.stats().cache_hits, 3);
   ExpectCaptured(f);
   EXPECT_THAT(f.explain(), HasSubstr("backward of"));
+  if (const char* flag = std::getenv("TWIN_EXPLAIN"); flag != nullptr && *flag == '1') std::cerr << f.explain();
 }
 
 // theta passed in requiring grad, logp returned with its history: the forward keeps autograd (a
