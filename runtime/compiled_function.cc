@@ -494,7 +494,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
         if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check() || !e->Verified(args.data())) continue;
         std::vector<at::Tensor> outputs;
         std::string failure;
-        if (e->artifact->Run(args, &outputs, &failure)) {
+        if (e->Run(args, &outputs, &failure)) {
           if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
           // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
           // hot path) that may undercount when threads hit the same entry at once.
@@ -544,7 +544,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     }
     std::vector<at::Tensor> outputs;
     std::string failure;
-    if (e->artifact->Run(args, &outputs, &failure)) {
+    if (e->Run(args, &outputs, &failure)) {
       if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
       slow_hits_.fetch_add(1);
       e->hits.fetch_add(1);
@@ -914,6 +914,7 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
                                           const std::vector<std::string>& names) {
   const CompileContext context = ContextOf(*entry, options_, logs_);
   const std::string where = absl::StrCat(options_.name, " entry ", id_, "/", entry->index);
+  entry->backward = runtime::CompiledBackward::Make(fn_, *entry->graph, options_, &entry->backward_note);
   // Background compile: replay now, the real artifact once it is built (Note [Background compile]).
   const bool background = options_.async_compile && options_.backend != "aten";
   auto compiled = CompileWithFallback(background ? "aten" : options_.backend, entry->graph, context, id_, where);

@@ -22,6 +22,7 @@
 
 #include <ATen/Config.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -331,7 +332,7 @@ class CppArtifact final : public CodegenArtifact {
     absl::InlinedVector<const at::Tensor*, 8> ins;
     for (const KernelInput& in : k.inputs) {
       const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || (t.requires_grad() && !k.history_free) ||
+      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || (t.requires_grad() && !k.history_free && c10::GradMode::is_enabled()) ||
           t.dim() != static_cast<int64_t>(in.sizes.size())) {
         return false;
       }

@@ -107,6 +107,11 @@ std::string CompiledFunction::explain() const {
       }
       absl::StrAppend(&out, "\n");
     }
+    if (e->backward != nullptr) {
+      absl::StrAppend(&out, "  backward: ", e->backward->Describe(), "\n");
+    } else if (!e->backward_note.empty()) {
+      absl::StrAppend(&out, "  backward: LibTorch's autograd over the replayed forward (", e->backward_note, ")\n");
+    }
     for (const std::string& grad : e->graph->gradients) {
       absl::StrAppend(&out, "  gradient captured: ", grad, "\n");
     }
@@ -171,6 +176,9 @@ std::string CompiledFunction::explain_json() const {
                        {"verified_sizes", e->verified != nullptr ? VerifiedText(*e->verified) : ""},
                        {"mode_dependent_ops", e->graph->mode_dependent},
                        {"gradients", e->graph->gradients},
+                       {"backward", e->backward != nullptr ? e->backward->Describe()
+                                                           : e->backward_note.empty() ? ""
+                                                                                      : "autograd: " + e->backward_note},
                        {"watched_modules", e->modules.num_modules()},
                        {"unwatched_mode_hint", e->modules.empty() ? UnwatchedModeHint(*e->graph) : ""}});
   }

@@ -22,6 +22,7 @@
 #include "runtime/logging.h"
 #include "runtime/trace_log.h"
 #include "runtime/verified_sizes.h"
+#include "runtime/compiled_backward.h"
 #include "runtime/warden.h"
 #include "runtime/watch.h"
 #include "tracer/graph.h"
@@ -75,6 +76,14 @@ struct CacheEntry {
   ModuleGuards modules;            // watched modules' state (Note [Watched modules])
   std::shared_ptr<const tracer::Graph> graph;
   ArtifactSlot artifact;
+  // Note [Compiled backward]: set when the outputs require grad and the backward is compiled;
+  // backward_note says why not where they require grad and it is not.
+  std::shared_ptr<runtime::CompiledBackward> backward;
+  std::string backward_note;
+  bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs, std::string* failure) const {
+    return backward != nullptr ? backward->Run(*artifact.get(), args, outputs, failure)
+                               : artifact->Run(args, outputs, failure);
+  }
   std::vector<std::string> rule_mismatches;
   std::vector<std::string> scalar_notes;  // marked-dynamic scalars kept specialized, and why
   std::shared_ptr<const ops::ShapePassResult> shapes;  // null: every used size is static

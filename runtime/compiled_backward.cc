@@ -1,0 +1,255 @@
+// Note [Compiled backward]
+// A training loop calls `loss.backward()` on what a compiled function returned. Without this, the
+// forward replays with autograd recording every op, and LibTorch's engine runs its backward
+// formulas one by one. With it, an entry whose outputs require grad runs its forward artifact with
+// grad mode off (fused, nothing recorded) inside one torch::autograd::Function; that node's
+// backward is a second compiled function, `<name>.backward`, whose body re-runs the user's function
+// on the saved arguments and takes torch::autograd::grad of the differentiable outputs with respect
+// to the tensors that require grad (arguments, and captured parameters). Its trace captures that
+// gradient (Note [Captured gradients] in tracer/tracer.cc), so the backward is one graph:
+// forward recomputed + derivative rules, compiled like any other, cached per guard signature.
+// Save vs. recompute: the node saves only the call's inputs (checked against in-place writes by
+// autograd's version counters, so a write between forward and backward raises eager's error) and
+// recomputes every intermediate: the cpp backend fuses pointwise recomputation with the backward's
+// pointwise work; matmuls and convolutions run twice.
+// Eligibility (else LibTorch's autograd over the replay, as before, reason in explain()): the graph
+// draws no random numbers (a recompute would draw again: dropout in training mode), writes nothing
+// in place (BatchNorm's running statistics in training mode would be updated twice), and returns
+// no argument or captured tensor, nor a view of one. A backward whose gradient cannot be captured
+// (an op without a derivative rule) runs its body eagerly once, is then switched off for later
+// calls, and says so; a double backward (create_graph) runs the body eagerly with create_graph.
+#include "runtime/compiled_backward.h"
+
+#include <ATen/Functions.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/logging.h"
+
+namespace warden::runtime {
+namespace {
+
+// What one call's node keeps besides the saved tensors.
+struct CallState : torch::CustomClassHolder {
+  std::shared_ptr<const CompiledBackward> self;
+  std::vector<c10::IValue> args;        // the call's arguments
+  std::vector<int> tensor_args;         // positions of its tensor arguments
+  std::vector<uint32_t> versions;       // their version counters at the forward
+  std::vector<std::vector<int64_t>> output_sizes;
+  std::vector<at::TensorOptions> output_options;
+};
+
+struct ForwardFailed {
+  std::string why;
+};
+
+struct WardenNode : public torch::autograd::Function<WardenNode> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList diff_inputs,
+                                                const CompiledBackward* self, const Artifact* artifact,
+                                                const std::vector<c10::IValue>* args) {
+    std::vector<at::Tensor> outputs;
+    std::string failure;
+    if (!artifact->Run(*args, &outputs, &failure)) throw ForwardFailed{failure};
+    auto state = c10::make_intrusive<CallState>();
+    state->self = self->shared_from_this();
+    // The arguments are kept by the node (not as saved variables: one node serves every output,
+    // and a backward through one output without retain_graph must not free another's), and
+    // checked against writes in place as autograd checks its saved variables.
+    state->args = *args;
+    for (size_t i = 0; i < args->size(); ++i) {
+      const c10::IValue& a = (*args)[i];
+      if (a.isTensor() && a.toTensor().defined()) {
+        state->tensor_args.push_back(static_cast<int>(i));
+        state->versions.push_back(a.toTensor()._version());
+      }
+    }
+    std::vector<at::Tensor> non_differentiable;
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const at::Tensor& o = outputs[j];
+      state->output_sizes.push_back(o.defined() ? o.sizes().vec() : std::vector<int64_t>());
+      state->output_options.push_back(o.defined() ? o.options() : at::TensorOptions());
+      if (o.defined() && !self->diff_outputs()[j]) non_differentiable.push_back(o);
+    }
+    if (!non_differentiable.empty()) ctx->mark_non_differentiable(non_differentiable);
+    ctx->saved_data["warden"] = c10::IValue::make_capsule(c10::intrusive_ptr<torch::CustomClassHolder>(state));
+    return outputs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto state = c10::static_intrusive_pointer_cast<CallState>(ctx->saved_data["warden"].toCapsule());
+    for (size_t k = 0; k < state->tensor_args.size(); ++k) {
+      const at::Tensor& t = state->args[state->tensor_args[k]].toTensor();
+      TORCH_CHECK(t._version() == state->versions[k],
+                  "one of the variables needed for gradient computation has been modified by an inplace operation: [",
+                  t.toString(), " ", t.sizes(), "] is at version ", t._version(), "; expected version ",
+                  state->versions[k], " instead (Warden: argument ", state->tensor_args[k],
+                  " of the compiled function was written between its call and this backward)");
+    }
+    const std::vector<c10::IValue>& args = state->args;
+    std::vector<at::Tensor> result = state->self->Backward(args, grads, state->output_sizes, state->output_options);
+    result.resize(result.size() + 3);  // the three non-tensor arguments of forward()
+    return result;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tracer::Graph& g, const Options& options,
+                                                         std::string* why) {
+  why->clear();
+  static const bool enabled = [] {
+    const char* v = std::getenv("WARDEN_COMPILED_BACKWARD");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  bool any_output = false;
+  for (tracer::ValueId o : g.outputs) any_output |= o != tracer::kNoValue && g.value(o).meta.requires_grad;
+  if (!any_output || !g.entry_mode.grad_mode || g.entry_mode.inference_mode) return nullptr;
+  if (!enabled) {
+    *why = "WARDEN_COMPILED_BACKWARD=0";
+    return nullptr;
+  }
+  for (const tracer::Node& n : g.nodes) {
+    if (n.random) {
+      *why = absl::StrCat(n.op, " at %", n.index, " draws random numbers (a recompute would draw again)");
+      return nullptr;
+    }
+    if (!n.mutates || n.op == "aten::requires_grad_") continue;
+    // Writes to tensors the function made are repeated harmlessly by the recompute (LibTorch's
+    // `scalar - tensor` fills a fresh tensor); writes to arguments or captured tensors are not.
+    for (const tracer::NodeArg& a : n.args) {
+      std::vector<tracer::ValueId> ids = a.values;
+      if (a.kind == tracer::NodeArg::Kind::kValue) ids.push_back(a.value);
+      for (tracer::ValueId v : ids) {
+        if (v == tracer::kNoValue) continue;
+        const tracer::ValueKind root = g.value(g.RootOf(v)).kind;
+        if (root == tracer::ValueKind::kInput || root == tracer::ValueKind::kConstant) {
+          *why = absl::StrCat(n.op, " at %", n.index,
+                              " writes an argument or captured tensor in place (a recompute would write again)");
+          return nullptr;
+        }
+      }
+    }
+  }
+  auto b = std::shared_ptr<CompiledBackward>(new CompiledBackward());
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const tracer::ValueId o = g.outputs[j];
+    const bool diff = o != tracer::kNoValue && g.value(o).meta.requires_grad;
+    b->diff_outputs_.push_back(diff);
+    if (!diff) continue;
+    const tracer::Value& root = g.value(g.RootOf(o));
+    if (root.kind != tracer::ValueKind::kNode) {
+      *why = absl::StrCat("output ", j, " is an argument or a captured tensor, or a view of one");
+      return nullptr;
+    }
+    b->out_positions_.push_back(static_cast<int>(j));
+  }
+  for (size_t i = 0; i < g.arg_values.size(); ++i) {
+    const tracer::ValueId v = g.arg_values[i];
+    if (v != tracer::kNoValue && g.value(v).meta.requires_grad) b->diff_args_.push_back(static_cast<int>(i));
+  }
+  for (const tracer::Value& v : g.values) {
+    if (v.kind == tracer::ValueKind::kConstant && v.meta.requires_grad) b->params_.push_back(v.constant);
+  }
+  if (b->diff_args_.empty() && b->params_.empty()) return nullptr;
+  b->fn_ = fn;
+  b->name_ = options.name + ".backward";
+  b->num_args_ = g.arg_kinds.size();
+  Options bo = options;
+  bo.name = b->name_;
+  bo.arg_names.clear();
+  const CompiledBackward* raw = b.get();
+  b->backward_ = std::make_unique<CompiledFunction>(compile(
+      [raw](const std::vector<c10::IValue>& a) { return raw->Body(a, /*create_graph=*/false); }, bo));
+  return b;
+}
+
+std::vector<at::Tensor> CompiledBackward::Body(const std::vector<c10::IValue>& a, bool create_graph) const {
+  std::vector<c10::IValue> args(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(num_args_));
+  std::vector<at::Tensor> inputs;
+  for (int i : diff_args_) {
+    // create_graph: the arguments themselves, so the gradient's history reaches them.
+    at::Tensor t = create_graph ? args[i].toTensor() : args[i].toTensor().detach().requires_grad_(true);
+    args[i] = t;
+    inputs.push_back(t);
+  }
+  inputs.insert(inputs.end(), params_.begin(), params_.end());
+  const std::vector<at::Tensor> outs = fn_(args);
+  std::vector<at::Tensor> roots, grads;
+  for (size_t k = 0; k < out_positions_.size(); ++k) {
+    roots.push_back(outs.at(out_positions_[k]));
+    grads.push_back(a.at(num_args_ + k).toTensor());
+  }
+  return torch::autograd::grad(roots, inputs, grads, /*retain_graph=*/create_graph, create_graph,
+                               /*allow_unused=*/true);
+}
+
+bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValue>& args,
+                           std::vector<at::Tensor>* outputs, std::string* value_guard_failure) const {
+  if (disabled_.load(std::memory_order_relaxed)) return forward.Run(args, outputs, value_guard_failure);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<at::Tensor> diff_inputs;
+  for (int i : diff_args_) diff_inputs.push_back(args[i].toTensor());
+  diff_inputs.insert(diff_inputs.end(), params_.begin(), params_.end());
+  try {
+    // A TensorList (not a std::vector) is what Function::apply counts as its inputs.
+    *outputs = WardenNode::apply(at::TensorList(diff_inputs), this, &forward, &args);
+  } catch (const ForwardFailed& f) {
+    *value_guard_failure = f.why;
+    return false;
+  }
+  return true;
+}
+
+std::vector<at::Tensor> CompiledBackward::Backward(const std::vector<c10::IValue>& args,
+                                                   const std::vector<at::Tensor>& grads,
+                                                   const std::vector<std::vector<int64_t>>& output_sizes,
+                                                   const std::vector<at::TensorOptions>& output_options) const {
+  std::vector<c10::IValue> a = args;
+  for (int j : out_positions_) {
+    const at::Tensor& g = grads.at(j);
+    a.emplace_back(g.defined() ? g : at::zeros(output_sizes.at(j), output_options.at(j)));
+  }
+  std::vector<at::Tensor> result;
+  if (c10::GradMode::is_enabled()) {
+    // create_graph: the gradient must itself be differentiable; eager, with history.
+    result = Body(a, /*create_graph=*/true);
+  } else {
+    c10::AutoGradMode enable(true);  // the body differentiates; its graph is recorded grad-on
+    const int64_t eager_before = backward_->stats().eager_calls;
+    result = (*backward_)(a);
+    if (backward_->stats().eager_calls > eager_before && !disabled_.exchange(true)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      disabled_why_ = "its gradient could not be captured (explain() of the backward function says why)";
+      LogToStderr(absl::StrCat("warden: function '", name_, "' ran eagerly; later calls use LibTorch's autograd ",
+                               "over the replayed forward instead"));
+    }
+  }
+  // Gradients of inputs the outputs do not reach stay undefined, as eager leaves them.
+  result.resize(diff_args_.size() + params_.size());
+  return result;
+}
+
+std::string CompiledBackward::Describe() const {
+  std::string inputs;
+  for (int i : diff_args_) absl::StrAppend(&inputs, inputs.empty() ? "" : ", ", "arg", i);
+  if (!params_.empty()) {
+    absl::StrAppend(&inputs, inputs.empty() ? "" : ", ", params_.size(), " captured tensor",
+                    params_.size() == 1 ? "" : "s");
+  }
+  const Stats s = backward_->stats();
+  std::string out = absl::StrCat("compiled: function '", name_, "' (d outputs / d(", inputs, "), forward recomputed; ",
+                                 s.calls, " backward calls, ", s.compiles, " compiles, ", s.eager_calls, " eager)");
+  if (disabled_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StrAppend(&out, "; switched off: ", disabled_why_);
+    const std::vector<RecompileEvent> events = backward_->recompiles();
+    if (!events.empty()) absl::StrAppend(&out, ": ", events.back().action);
+  }
+  return out;
+}
+
+}  // namespace warden::runtime

@@ -1,0 +1,210 @@
+// The backward of a compiled forward (Note [Compiled backward] in runtime/compiled_backward.cc):
+// `loss.backward()` outside the function runs a compiled backward graph; gradients, parameters
+// over a training loop, errors and fallbacks match eager.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "bench/radon.h"
+#include "runtime/warden.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using Args = std::vector<c10::IValue>;
+
+class CompiledBackwardTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  warden::Options Opts(const std::string& name) const {
+    warden::Options o;
+    o.name = name;
+    o.backend = GetParam();
+    return o;
+  }
+};
+
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
+                 double atol = 1e-6) {
+  ASSERT_EQ(got.defined(), want.defined()) << what;
+  if (!want.defined()) return;
+  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(torch::allclose(got.detach().to(torch::kDouble), want.detach().to(torch::kDouble), rtol, atol))
+      << what << "\n got " << got << "\n want " << want;
+}
+
+// Identical twins: same architecture, same weights.
+torch::nn::Sequential MakeMlp(uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(10, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32),
+                               torch::nn::Tanh(), torch::nn::Linear(32, 4));
+}
+
+TEST_P(CompiledBackwardTest, MlpTrainingLoopWithBackwardOutsideMatchesEager) {
+  auto model = MakeMlp(11), eager = MakeMlp(11);
+  auto loss_of = [](torch::nn::Sequential& m) {
+    return [&m](const Args& a) -> std::vector<at::Tensor> {
+      const at::Tensor logits = m->forward(a[0].toTensor());
+      return {torch::log_softmax(logits, 1).mul(a[1].toTensor()).sum().neg() / 8.0};
+    };
+  };
+  auto f = warden::compile(loss_of(model), Opts("mlp_loss"));
+  auto reference = loss_of(eager);
+  torch::optim::Adam opt(model->parameters(), 1e-2), opt_eager(eager->parameters(), 1e-2);
+  for (int step = 0; step < 25; ++step) {
+    torch::manual_seed(300 + step);
+    const at::Tensor x = torch::randn({8, 10});
+    const at::Tensor y = torch::one_hot(torch::randint(4, {8}), 4).to(torch::kFloat);
+    opt.zero_grad();
+    opt_eager.zero_grad();
+    const at::Tensor loss = f({x, y})[0];
+    const at::Tensor want = reference({x, y})[0];
+    ASSERT_TRUE(loss.requires_grad());
+    ExpectClose(loss, want, "loss at step " + std::to_string(step), 1e-4, 1e-5);
+    loss.backward();
+    want.backward();
+    for (size_t i = 0; i < model->parameters().size(); ++i) {
+      ExpectClose(model->parameters()[i].grad(), eager->parameters()[i].grad(),
+                  "grad " + std::to_string(i) + " at step " + std::to_string(step), 1e-4, 1e-5);
+    }
+    opt.step();
+    opt_eager.step();
+  }
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    ExpectClose(model->parameters()[i], eager->parameters()[i], "parameter " + std::to_string(i), 1e-4, 1e-5);
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled: function 'mlp_loss.backward'")) << f.explain();
+  EXPECT_THAT(f.explain(), HasSubstr("0 eager)")) << f.explain();
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+// The sampler's other form: logp compiled, the gradient taken outside.
+TEST_P(CompiledBackwardTest, RadonGradientOutside) {
+  const warden::bench::RadonData data = warden::bench::MakeRadonData();
+  auto logp = [&data](const Args& a) -> std::vector<at::Tensor> { return {warden::bench::RadonLogp(a[0].toTensor(), data)}; };
+  auto f = warden::compile(logp, Opts("radon"));
+  for (int call = 0; call < 4; ++call) {
+    const at::Tensor theta = (warden::bench::RadonTheta(data) + 0.03 * call).requires_grad_(true);
+    const at::Tensor theta2 = theta.detach().clone().requires_grad_(true);
+    const at::Tensor got = f({theta})[0];
+    const at::Tensor want = logp({theta2})[0];
+    ExpectClose(got, want, "logp", 1e-10, 1e-10);
+    ExpectClose(torch::autograd::grad({got}, {theta})[0], torch::autograd::grad({want}, {theta2})[0], "dlogp", 1e-10,
+                1e-10);
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled")) << f.explain();
+}
+
+TEST_P(CompiledBackwardTest, WriteBetweenForwardAndBackwardRaisesLikeEager) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor(), w = a[1].toTensor();
+    return {(x * w).sum()};
+  };
+  auto f = warden::compile(fn, Opts("write"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({4}), w = torch::randn({4}).requires_grad_();
+    const at::Tensor y = f({x, w})[0];
+    x.add_(1);  // saved for w's gradient
+    EXPECT_THROW(y.backward(), c10::Error) << "call " << call;
+  }
+}
+
+TEST_P(CompiledBackwardTest, DropoutInTrainingModeKeepsEagerAutogradAndSaysWhy) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::dropout(a[0].toTensor() * 2, 0.5, /*train=*/true).sum()};
+  };
+  auto f = warden::compile(fn, Opts("dropout"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({64}).requires_grad_();
+    torch::manual_seed(call);
+    const at::Tensor y = f({x})[0];
+    torch::manual_seed(call);
+    const at::Tensor x2 = x.detach().clone().requires_grad_();
+    const at::Tensor want = fn({x2})[0];
+    ExpectClose(y, want, "dropout sum");
+    y.backward();
+    want.backward();
+    ExpectClose(x.grad(), x2.grad(), "dropout grad");
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("backward: LibTorch's autograd over the replayed forward"));
+  EXPECT_THAT(f.explain(), HasSubstr("draws random numbers"));
+}
+
+TEST_P(CompiledBackwardTest, DoubleBackwardThroughACompiledForward) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    return {(x.tanh() * x).sum()};
+  };
+  auto f = warden::compile(fn, Opts("double"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({5}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    const at::Tensor g = torch::autograd::grad(f({x}), {x}, {}, true, /*create_graph=*/true)[0];
+    const at::Tensor g2 = torch::autograd::grad(fn({x2}), {x2}, {}, true, /*create_graph=*/true)[0];
+    ExpectClose(g, g2, "first derivative");
+    ASSERT_TRUE(g.requires_grad());
+    ExpectClose(torch::autograd::grad({g.sum()}, {x})[0], torch::autograd::grad({g2.sum()}, {x2})[0],
+                "second derivative");
+  }
+}
+
+TEST_P(CompiledBackwardTest, UnusedOutputsAndRetainGraph) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    return {x.exp(), x.sin() * 3, x.sum()};
+  };
+  auto f = warden::compile(fn, Opts("multi"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({3}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    const auto got = f({x});
+    const auto want = fn({x2});
+    got[1].sum().backward(/*gradient=*/{}, /*retain_graph=*/true);
+    want[1].sum().backward({}, true);
+    ExpectClose(x.grad(), x2.grad(), "only output 1");
+    got[1].sum().backward();
+    want[1].sum().backward();
+    ExpectClose(x.grad(), x2.grad(), "output 1 twice (retain_graph)");
+    (got[0].sum() + got[2]).backward();
+    (want[0].sum() + want[2]).backward();
+    ExpectClose(x.grad(), x2.grad(), "outputs 0 and 2");
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled"));
+}
+
+TEST_P(CompiledBackwardTest, ForwardWithoutADerivativeRuleSwitchesToEagerAutograd) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor().atan().sum()}; };
+  auto f = warden::compile(fn, Opts("atan"));
+  for (int call = 0; call < 4; ++call) {
+    const at::Tensor x = torch::randn({6}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    f({x})[0].backward();
+    fn({x2})[0].backward();
+    ExpectClose(x.grad(), x2.grad(), "datan at call " + std::to_string(call));
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("switched off"));
+  EXPECT_THAT(f.explain(), HasSubstr("aten::atan"));
+}
+
+TEST_P(CompiledBackwardTest, BatchSweepCompilesTheBackwardOncePerForwardEntry) {
+  torch::manual_seed(4);
+  const at::Tensor w = torch::randn({6, 3}).requires_grad_();
+  auto fn = [&w](const Args& a) -> std::vector<at::Tensor> { return {torch::sigmoid(a[0].toTensor().mm(w)).pow(2).mean()}; };
+  auto f = warden::compile(fn, Opts("sweep"));
+  for (int64_t b = 2; b <= 10; ++b) {
+    const at::Tensor x = torch::randn({b, 6});
+    w.mutable_grad() = at::Tensor();
+    f({x})[0].backward();
+    const at::Tensor got = w.grad().clone();
+    w.mutable_grad() = at::Tensor();
+    fn({x})[0].backward();
+    ExpectClose(got, w.grad(), "dw at batch " + std::to_string(b));
+  }
+  EXPECT_LE(f.stats().compiles, 2) << f.explain();
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CompiledBackwardTest, ::testing::Values("aten", "cpp"));
+
+}  // namespace
