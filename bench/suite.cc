@@ -10,6 +10,7 @@
 //   dispatch/  chain10_16, chain50_16 (10- and 50-op pointwise chains on 16 floats), tiny_mlp_b1
 //   memory/    chain10_1M, chain10_16M, plus copy/ of the same bytes (the bandwidth reference)
 //   blocks/    mlp (linear+gelu+linear), layer_norm, softmax, attention (pre-LN multi-head block)
+//   train/     a training step (loss compiled, backward() outside) of an MLP and a small CNN
 //   radon/     logp, logp_grad (gradient outside the function) and logp_and_grad_inside (gradient
 //              captured inside it) of the radon hierarchical model (bench/radon.h), N=919, J=85
 //   dynamic/   sweep_{static,auto,dynamic}: L = 1..512 once each through the attention block;
@@ -205,6 +206,41 @@ std::vector<Workload>& Workloads() {
                       {theta}};
       inside.inference = false;
       w->push_back(inside);
+    }
+    // Training steps: forward and loss compiled, loss.backward() outside (the compiled backward,
+    // Note [Compiled backward]); a step returns the loss and every parameter's gradient (checked
+    // against eager before timing), then clears the gradients.
+    {
+      torch::manual_seed(17);
+      auto mlp = std::make_shared<torch::nn::Sequential>(torch::nn::Linear(64, 128), torch::nn::ReLU(),
+                                                         torch::nn::Linear(128, 128), torch::nn::ReLU(),
+                                                         torch::nn::Linear(128, 10));
+      auto cnn = std::make_shared<torch::nn::Sequential>(
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).padding(1)), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+          torch::nn::Flatten(), torch::nn::Linear(16 * 7 * 7, 10));
+      auto add = [w](const std::string& name, std::shared_ptr<torch::nn::Sequential> m, const at::Tensor& x,
+                     const at::Tensor& y) {
+        Workload t{name,
+                   [m](const Args& a) -> Outputs {
+                     return {torch::nll_loss(torch::log_softmax((*m)->forward(a[0].toTensor()), 1), a[1].toTensor())};
+                   },
+                   {x, y}};
+        t.step = [m](const Call& call, const Args& a) -> Outputs {
+          Outputs out = {call(a)[0]};
+          out[0].backward();
+          for (auto& p : (*m)->parameters()) {
+            out.push_back(p.grad());
+            p.mutable_grad() = at::Tensor();
+          }
+          out[0] = out[0].detach();
+          return out;
+        };
+        t.inference = false;
+        w->push_back(t);
+      };
+      add("train/mlp_b32", mlp, torch::randn({32, 64}), torch::randint(10, {32}));
+      add("train/cnn_b16", cnn, torch::randn({16, 1, 28, 28}), torch::randint(10, {16}));
     }
     // Guard and lookup overhead (entries_E adds E - 1 entries before the hit's; see Prepare).
     for (int n : {1, 4, 16, 64}) {

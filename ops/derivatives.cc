@@ -115,7 +115,9 @@ Grads PowScalar(const GradContext& c) {
 }
 Grads Tanh(const GradContext& c) { return {G(c) * (1 - Out(c) * Out(c))}; }
 Grads Sigmoid(const GradContext& c) { return {G(c) * (Out(c) * (1 - Out(c)))}; }
-Grads Relu(const GradContext& c) { return {KeepWhere(Out(c) > 0, G(c))}; }
+// Comparisons as ATen's backward kernels make them, so NaN inputs get eager's gradient
+// (threshold_backward: 0 where out <= 0, else the gradient, also for NaN).
+Grads Relu(const GradContext& c) { return {ZerosWhere(Out(c) <= 0, G(c))}; }
 Grads Silu(const GradContext& c) {
   const at::Tensor& x = Arg(c, 0);
   const at::Tensor s = at::sigmoid(x);
@@ -335,11 +337,11 @@ Grads LeakyRelu(const GradContext& c) {
 }
 Grads Hardtanh(const GradContext& c) {
   const at::Tensor& x = Arg(c, 0);
-  return {KeepWhere(at::logical_and(x > c.args[1].toScalar(), x < c.args[2].toScalar()), G(c))};
+  return {ZerosWhere(at::logical_or(x <= c.args[1].toScalar(), x >= c.args[2].toScalar()), G(c))};
 }
 Grads Relu6(const GradContext& c) {
   const at::Tensor& x = Arg(c, 0);
-  return {KeepWhere(at::logical_and(x > 0, x < 6), G(c))};
+  return {ZerosWhere(at::logical_or(x <= 0, x >= 6), G(c))};
 }
 Grads Gelu(const GradContext& c) { return {at::gelu_backward(G(c), Arg(c, 0), c.args[1].toStringRef())}; }
 Grads Erf(const GradContext& c) {
@@ -393,6 +395,103 @@ Grads SplitCat(const GradContext& c) {  // split.Tensor, split_with_sizes, chunk
 Grads Unbind(const GradContext& c) {
   const int64_t d = WrapDim(c.args[1].toInt(), static_cast<int64_t>(c.sizes(Arg(c, 0)).size()));
   return {at::stack(Filled(c), d)};
+}
+
+
+// The layers of real models: each gradient is ATen's own backward kernel (recomputing what the
+// forward kept, like the pooling indices or layer_norm's statistics).
+Grads Convolution(const GradContext& c) {  // conv1d/2d/3d(input, weight, bias, stride, padding, dilation, groups)
+  const at::Tensor& x = Arg(c, 0);
+  const at::Tensor& w = Arg(c, 1);
+  if (c.sizes(x).size() != c.sizes(w).size()) throw std::runtime_error("unbatched convolution input");
+  if (!c.args[4].isIntList()) throw std::runtime_error("string padding");
+  const bool has_bias = c.args[2].isTensor();
+  const std::vector<int64_t> stride = c.args[3].toIntVector(), padding = c.args[4].toIntVector(),
+                             dilation = c.args[5].toIntVector();
+  const std::vector<int64_t> output_padding(stride.size(), 0);
+  const std::vector<int64_t> bias_sizes = {c.sizes(w).at(0)};
+  auto grads = at::convolution_backward(G(c), x, w, has_bias ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
+                                        stride, padding, dilation, /*transposed=*/false, output_padding,
+                                        c.args[6].toInt(), {Need(c, 0), Need(c, 1), has_bias && Need(c, 2)});
+  return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+}
+Grads MaxPool2d(const GradContext& c) {  // (self, kernel_size, stride, padding, dilation, ceil_mode)
+  const at::Tensor& x = Arg(c, 0);
+  const std::vector<int64_t> k = c.args[1].toIntVector(), st = c.args[2].toIntVector(), p = c.args[3].toIntVector(),
+                             d = c.args[4].toIntVector();
+  const bool ceil = c.args[5].toBool();
+  const at::Tensor indices = std::get<1>(at::max_pool2d_with_indices(x, k, st, p, d, ceil));
+  return {at::max_pool2d_with_indices_backward(G(c), x, k, st, p, d, ceil, indices)};
+}
+Grads AdaptiveAvgPool2d(const GradContext& c) { return {at::_adaptive_avg_pool2d_backward(G(c), Arg(c, 0))}; }
+Grads BatchNorm(const GradContext& c) {
+  // (input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled)
+  const at::Tensor& x = Arg(c, 0);
+  const size_t rank = c.sizes(x).size();
+  if (rank < 2) throw std::runtime_error("batch_norm of a tensor of rank < 2");
+  std::vector<int64_t> dims, shape(rank, 1);
+  shape[1] = -1;
+  for (size_t d = 0; d < rank; ++d) {
+    if (d != 1) dims.push_back(static_cast<int64_t>(d));
+  }
+  const bool training = c.args[5].toBool();
+  const double eps = c.args[7].toDouble();
+  const at::Tensor& g = G(c);
+  at::Tensor mean, invstd;
+  if (training) {
+    mean = x.mean(dims, /*keepdim=*/true);
+    invstd = (x - mean).pow(2).mean(dims, /*keepdim=*/true).add(eps).rsqrt();
+  } else {
+    mean = Arg(c, 3).view(shape);
+    invstd = Arg(c, 4).add(eps).rsqrt().view(shape);
+  }
+  const at::Tensor xhat = (x - mean) * invstd;
+  const bool has_weight = c.args[1].isTensor();
+  const at::Tensor scale = has_weight ? invstd * Arg(c, 1).view(shape) : invstd;
+  Grads out(5);
+  if (Need(c, 0)) {
+    out[0] = training ? scale * (g - g.mean(dims, true) - xhat * (g * xhat).mean(dims, true)) : g * scale;
+  }
+  if (Need(c, 1) && has_weight) out[1] = (g * xhat).sum(dims);
+  if (Need(c, 2) && c.args[2].isTensor()) out[2] = g.sum(dims);
+  return out;
+}
+Grads LayerNorm(const GradContext& c) {  // (input, normalized_shape, weight, bias, eps, cudnn_enable)
+  const at::Tensor& x = Arg(c, 0);
+  const std::vector<int64_t> shape = c.args[1].toIntVector();
+  const c10::optional<at::Tensor> w = c.args[2].isTensor() ? c10::optional<at::Tensor>(Arg(c, 2)) : c10::nullopt;
+  const c10::optional<at::Tensor> b = c.args[3].isTensor() ? c10::optional<at::Tensor>(Arg(c, 3)) : c10::nullopt;
+  const auto fwd = at::native_layer_norm(x, shape, w, b, c.args[4].toDouble());
+  auto grads = at::native_layer_norm_backward(G(c), x, shape, std::get<1>(fwd), std::get<2>(fwd), w, b,
+                                              {Need(c, 0), w.has_value() && Need(c, 1), b.has_value() && Need(c, 2)});
+  return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+}
+Grads NllLoss(const GradContext& c) {  // nll_loss / nll_loss_nd(self, target, weight, reduction, ignore_index)
+  const at::Tensor& x = Arg(c, 0);
+  const c10::optional<at::Tensor> w = c.args[2].isTensor() ? c10::optional<at::Tensor>(Arg(c, 2)) : c10::nullopt;
+  const int64_t reduction = c.args[3].toInt(), ignore = c.args[4].toInt();
+  if (c.sizes(x).size() > 2) throw std::runtime_error("nll_loss over more than 2 dims");
+  const at::Tensor total = std::get<1>(at::nll_loss_forward(x, Arg(c, 1), w, reduction, ignore));
+  return {at::nll_loss_backward(G(c), x, Arg(c, 1), w, reduction, ignore, total), at::Tensor(), at::Tensor()};
+}
+Grads CrossEntropy(const GradContext& c) {
+  // (self, target, weight, reduction, ignore_index, label_smoothing): class indices only.
+  const at::Tensor& x = Arg(c, 0);
+  const at::Tensor& target = Arg(c, 1);
+  if (c.args[5].toDouble() != 0.0) throw std::runtime_error("cross_entropy with label smoothing");
+  if (at::isFloatingType(target.scalar_type())) throw std::runtime_error("cross_entropy with probability targets");
+  if (c.sizes(x).size() != 2) throw std::runtime_error("cross_entropy of a tensor of rank other than 2");
+  const c10::optional<at::Tensor> w = c.args[2].isTensor() ? c10::optional<at::Tensor>(Arg(c, 2)) : c10::nullopt;
+  const int64_t reduction = c.args[3].toInt(), ignore = c.args[4].toInt();
+  const at::Tensor lsm = at::log_softmax(x, 1);
+  const at::Tensor total = std::get<1>(at::nll_loss_forward(lsm, target, w, reduction, ignore));
+  const at::Tensor g = at::nll_loss_backward(G(c), lsm, target, w, reduction, ignore, total);
+  return {g - at::exp(lsm) * g.sum(1, /*keepdim=*/true), at::Tensor(), at::Tensor()};
+}
+Grads Embedding(const GradContext& c) {  // (weight, indices, padding_idx, scale_grad_by_freq, sparse)
+  if (c.args[4].toBool()) throw std::runtime_error("sparse embedding");
+  const int64_t num = c.sizes(Arg(c, 0)).at(0);
+  return {at::embedding_backward(G(c), Arg(c, 1), num, c.args[2].toInt(), c.args[3].toBool(), false), at::Tensor()};
 }
 
 const std::map<std::string, DerivativeRule>& Rules() {
@@ -517,6 +616,18 @@ const std::map<std::string, DerivativeRule>& Rules() {
       {"aten::unsafe_split_with_sizes", SplitCat},
       {"aten::unbind.int", Unbind},
       {"aten::squeeze.dims", ReshapeBack},
+      {"aten::conv1d", Convolution},
+      {"aten::conv2d", Convolution},
+      {"aten::conv3d", Convolution},
+      {"aten::max_pool2d", MaxPool2d},
+      {"aten::adaptive_avg_pool2d", AdaptiveAvgPool2d},
+      {"aten::_adaptive_avg_pool2d", AdaptiveAvgPool2d},
+      {"aten::batch_norm", BatchNorm},
+      {"aten::layer_norm", LayerNorm},
+      {"aten::nll_loss", NllLoss},
+      {"aten::nll_loss_nd", NllLoss},
+      {"aten::cross_entropy_loss", CrossEntropy},
+      {"aten::embedding", Embedding},
   };
   return *rules;
 }

@@ -145,6 +145,11 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
       *why = absl::StrCat("output ", j, " is an argument or a captured tensor, or a view of one");
       return nullptr;
     }
+    const tracer::Value& out = g.value(o);
+    if (out.kind == tracer::ValueKind::kNode && g.nodes[out.node].op == "aten::requires_grad_") {
+      *why = absl::StrCat("output ", j, " is a leaf the function made (requires_grad_), not a result of its inputs");
+      return nullptr;
+    }
     b->out_positions_.push_back(static_cast<int>(j));
   }
   for (size_t i = 0; i < g.arg_values.size(); ++i) {

@@ -226,6 +226,20 @@ std::vector<RuleCase> RuleCases() {
       {"where_masked", {{4, 4}, {4}}, [](const V& v) { return at::where(v[0] > 0, v[0], v[1]) + v[0].masked_fill(v[0] < -0.5, 2.0); }},
       {"cat_stack", {{2, 3}, {4, 3}}, [](const V& v) { return at::cat({v[0], v[1] * 2}, 0).sum(0) + at::stack({v[0].sum(0), v[1].sum(0)}).sum(0); }},
       {"to_dtype", {{5}}, [](const V& v) { return v[0].to(torch::kDouble).exp().to(torch::kFloat) * v[0].clone(); }},
+      {"conv2d", {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, [](const V& v) { return torch::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}); }},
+      {"conv1d_groups", {{2, 4, 7}, {4, 2, 3}}, [](const V& v) { return torch::conv1d(v[0], v[1], {}, 1, 1, 1, 2); }},
+      {"pools", {{2, 3, 6, 6}}, [](const V& v) { return torch::max_pool2d(v[0], {2, 2}).sum(1) + torch::adaptive_avg_pool2d(v[0], {3, 3}).sum(1) + torch::adaptive_avg_pool2d(v[0], {1, 1}).sum(); }},
+      {"batch_norm_eval", {{4, 3, 2, 2}, {3}, {3}}, [](const V& v) {
+         return torch::batch_norm(v[0], v[1], v[2], torch::linspace(-0.5, 0.5, 3), torch::linspace(0.5, 2, 3), false, 0.1, 1e-5, false);
+       }},
+      {"batch_norm_batch_stats", {{5, 3, 2}, {3}, {3}}, [](const V& v) { return torch::batch_norm(v[0], v[1], v[2], {}, {}, true, 0.1, 1e-5, false); }},
+      {"layer_norm", {{3, 4, 5}, {5}, {5}}, [](const V& v) { return torch::layer_norm(v[0], {5}, v[1], v[2]); }},
+      {"nll_cross_entropy", {{4, 5}}, [](const V& v) {
+         const at::Tensor target = torch::tensor({0, 4, 2, 2});
+         return torch::nll_loss(torch::log_softmax(v[0], 1), target) + at::cross_entropy_loss(v[0] * 2, target) +
+                at::cross_entropy_loss(v[0], target, {}, at::Reduction::Sum);
+       }},
+      {"embedding", {{6, 3}}, [](const V& v) { return torch::embedding(v[0], torch::tensor({{0, 2}, {5, 2}})); }},
   };
 }
 

@@ -1475,6 +1475,27 @@ std::vector<ValueId> TensorOutputs(const Graph& g, const Node& n) {
   return ids;
 }
 
+// The tensor inputs of a node as derivative rules number them: one slot per Tensor or Tensor?
+// parameter of the schema (kNoValue where it is None), one per element of a Tensor[].
+std::vector<ValueId> TensorSlots(const Graph& g, const Node& n) {
+  if (!n.handle) return TensorInputs(g, n);
+  const auto& params = n.handle->schema().arguments();
+  std::vector<ValueId> ids;
+  for (size_t i = 0; i < n.args.size() && i < params.size(); ++i) {
+    const NodeArg& a = n.args[i];
+    if (a.kind == NodeArg::Kind::kValue) {
+      ids.push_back(a.value);
+    } else if (a.kind == NodeArg::Kind::kValueList || a.kind == NodeArg::Kind::kOptValueList) {
+      for (ValueId v : a.values) ids.push_back(v);
+    } else {
+      c10::TypePtr t = params[i].type();
+      if (t->kind() == c10::TypeKind::OptionalType) t = t->containedType(0);
+      if (t->kind() == c10::TypeKind::TensorType) ids.push_back(kNoValue);  // None
+    }
+  }
+  return ids;
+}
+
 struct CaptureFailed {
   std::string why;
 };
@@ -1522,7 +1543,7 @@ class GradientCapture {
         any_grad |= it != grads_.end();
       }
       if (!any_grad) continue;
-      const std::vector<ValueId> ins = TensorInputs(g_, n);
+      const std::vector<ValueId> ins = TensorSlots(g_, n);
       std::vector<bool> needs;
       bool any_need = false;
       for (ValueId v : ins) {
