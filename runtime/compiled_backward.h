@@ -31,6 +31,8 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
 
   // "compiled: d(out0) / d(arg0, 4 captured tensors) by function 'fn.backward' (...)" for explain().
   std::string Describe() const;
+  // explain() of the backward function (its graph: the forward recomputed and the backward).
+  std::string ExplainBackward() const;
 
   // The backward pass of one call (called by the autograd node).
   std::vector<at::Tensor> Backward(const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& grads,

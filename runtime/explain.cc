@@ -109,6 +109,10 @@ std::string CompiledFunction::explain() const {
     }
     if (e->backward != nullptr) {
       absl::StrAppend(&out, "  backward: ", e->backward->Describe(), "\n");
+      // The backward graph (and what it reads: the saved arguments) is the backward function's.
+      for (absl::string_view line : absl::StrSplit(e->backward->ExplainBackward(), '\n', absl::SkipEmpty())) {
+        absl::StrAppend(&out, "    | ", line, "\n");
+      }
     } else if (!e->backward_note.empty()) {
       absl::StrAppend(&out, "  backward: LibTorch's autograd over the replayed forward (", e->backward_note, ")\n");
     }
