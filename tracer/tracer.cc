@@ -1524,7 +1524,7 @@ class GradientCapture {
     for (size_t i = 0; i < roots.size(); ++i) {
       const at::Tensor& go = grad_outputs.at(i);
       if (!go.defined()) throw CaptureFailed{"a grad_output is undefined"};
-      const at::Tensor& root_real = Real(root_values[i]);
+      const at::Tensor root_real = Real(root_values[i]);
       const at::Tensor go_real = RealOf(go);
       if (!go_real.sizes().equals(root_real.sizes()) || go_real.scalar_type() != root_real.scalar_type()) {
         throw CaptureFailed{"a grad_output's shape or dtype differs from its output's"};
@@ -1533,7 +1533,7 @@ class GradientCapture {
     }
     std::vector<int> path;
     for (int k = first_node - 1; k >= 0; --k) {
-      const Node& n = g_.nodes[k];
+      const Node n = g_.nodes[k];  // a copy: the rules below append to g_.nodes
       const std::vector<ValueId> outs = TensorOutputs(g_, n);
       std::vector<at::Tensor> out_grads;
       bool any_grad = false;
@@ -1595,7 +1595,8 @@ class GradientCapture {
     return it->second;
   }
 
-  const at::Tensor& Real(ValueId v) {
+  // By value: the rules append to g_.values, which may move the constant.
+  at::Tensor Real(ValueId v) {
     const Value& val = g_.value(v);
     if (val.kind == ValueKind::kConstant) return val.constant;
     auto it = st_.reals.find(v);
@@ -1732,8 +1733,8 @@ class GradientCapture {
         throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " does not differentiate its input ", i)};
       }
       at::Tensor gi = in_grads[i];
-      const Value& input = g_.value(ins[i]);
-      if (RealOf(gi).scalar_type() != input.meta.dtype) gi = gi.to(input.meta.dtype);
+      const at::ScalarType dtype = g_.value(ins[i]).meta.dtype;
+      if (RealOf(gi).scalar_type() != dtype) gi = gi.to(dtype);
       if (!RealOf(gi).sizes().equals(Real(ins[i]).sizes())) {
         st_.grad_of = -1;
         throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " gave input ", i, " a gradient of shape ",
