@@ -21,6 +21,8 @@
 // calls, and says so; a double backward (create_graph) runs the body eagerly with create_graph.
 #include "runtime/compiled_backward.h"
 
+#include <set>
+
 #include <ATen/Functions.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -146,6 +148,15 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
           return nullptr;
         }
       }
+    }
+  }
+  // Outputs that are one tensor twice, or views of one another, share history in eager; one node
+  // giving each its own would not.
+  std::set<tracer::ValueId> roots;
+  for (tracer::ValueId o : g.outputs) {
+    if (o != tracer::kNoValue && !roots.insert(g.RootOf(o)).second) {
+      *why = "two outputs are the same tensor or views of one storage";
+      return nullptr;
     }
   }
   auto b = std::shared_ptr<CompiledBackward>(new CompiledBackward());

@@ -246,6 +246,23 @@ TEST_P(CompiledBackwardTest, BatchSweepCompilesTheBackwardOncePerForwardEntry) {
   EXPECT_THAT(f.explain(), HasSubstr("backward: compiled"));
 }
 
+TEST_P(CompiledBackwardTest, OutputsSharingStorageKeepAutograd) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor y = a[0].toTensor().exp();
+    return {y, y.view({-1}), y};
+  };
+  auto f = warden::compile(fn, Opts("shared"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({2, 3}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    const auto got = f({x});
+    const auto want = fn({x2});
+    (got[0].sum() + got[1].sum() * 2 + got[2].sum()).backward();
+    (want[0].sum() + want[1].sum() * 2 + want[2].sum()).backward();
+    ExpectClose(x.grad(), x2.grad(), "grad through three aliased outputs");
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("two outputs are the same tensor or views of one storage"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CompiledBackwardTest, ::testing::Values("aten", "cpp"));
 
 }  // namespace
