@@ -105,11 +105,8 @@ std::vector<bool> HistoryFreeNodes(const tracer::Graph& g) {
   std::vector<tracer::ValueId> root(g.values.size());
   for (size_t v = 0; v < g.values.size(); ++v) root[v] = g.RootOf(static_cast<tracer::ValueId>(v));
   auto mark_inputs = [&](const tracer::Node& n) {
-    for (const tracer::NodeArg& a : n.args) {
-      if (a.kind == tracer::NodeArg::Kind::kValue) needed[a.value] = 1;
-      for (tracer::ValueId v : a.values) {
-        if (v != tracer::kNoValue) needed[v] = 1;
-      }
+    for (tracer::ValueId v : tracer::InputValues(n)) {
+      if (v != tracer::kNoValue) needed[v] = 1;
     }
   };
   // A write in place changes the history of every alias of what it writes (autograd rebases
@@ -131,11 +128,8 @@ std::vector<bool> HistoryFreeNodes(const tracer::Graph& g) {
     }
     for (const tracer::Node& n : g.nodes) {
       if (!n.mutates || n.op == "aten::requires_grad_" || !free[n.index]) continue;
-      bool touches = false;
-      for (const tracer::NodeArg& a : n.args) {
-        if (a.kind == tracer::NodeArg::Kind::kValue) touches |= needed_root[root[a.value]] != 0;
-        for (tracer::ValueId v : a.values) touches |= v != tracer::kNoValue && needed_root[root[v]] != 0;
-      }
+      bool touches = false;  // any input, not only the written ones (conservative)
+      for (tracer::ValueId v : tracer::InputValues(n)) touches |= v != tracer::kNoValue && needed_root[root[v]] != 0;
       if (!touches) continue;
       for (const tracer::NodeReturn& r : n.returns) {
         for (tracer::ValueId v : r.values) needed[v] = 1;

@@ -8,15 +8,17 @@
 // to the tensors that require grad (arguments, and captured parameters). Its trace captures that
 // gradient (Note [Captured gradients] in tracer/tracer.cc), so the backward is one graph:
 // forward recomputed + derivative rules, compiled like any other, cached per guard signature.
-// Save vs. recompute: the node saves only the call's inputs (checked against in-place writes by
-// autograd's version counters, so a write between forward and backward raises eager's error) and
-// recomputes every intermediate: the cpp backend fuses pointwise recomputation with the backward's
-// pointwise work; matmuls and convolutions run twice.
+// Save vs. recompute: the node keeps only the call's arguments (their version counters checked as
+// autograd checks saved variables, so a write between forward and backward raises eager's error)
+// and recomputes every intermediate: the cpp backend fuses pointwise recomputation with the
+// backward's pointwise work.
 // Eligibility (else LibTorch's autograd over the replay, as before, reason in explain()): the graph
 // has no matmul, convolution, pooling or RNN op (recomputing them costs more than autograd saves:
-// an MLP's training step ran at 0.68x of eager, a small CNN's at 0.48x), draws no random numbers (a recompute would draw again: dropout in training mode), writes nothing
-// in place (BatchNorm's running statistics in training mode would be updated twice), and returns
-// no argument or captured tensor, nor a view of one. A backward whose gradient cannot be captured
+// an MLP's training step ran at 0.68x of eager, a small CNN's at 0.48x), draws no random numbers
+// (a recompute would draw again: dropout in training mode), writes no argument or captured tensor
+// in place (BatchNorm's running statistics in training mode would be updated twice), and returns no
+// argument or captured tensor nor a view of one, no leaf it made, and no two outputs sharing
+// storage. A backward whose gradient cannot be captured
 // (an op without a derivative rule) runs its body eagerly once, is then switched off for later
 // calls, and says so; a double backward (create_graph) runs the body eagerly with create_graph.
 #include "runtime/compiled_backward.h"
@@ -136,17 +138,14 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     if (!n.mutates || n.op == "aten::requires_grad_") continue;
     // Writes to tensors the function made are repeated harmlessly by the recompute (LibTorch's
     // `scalar - tensor` fills a fresh tensor); writes to arguments or captured tensors are not.
-    for (const tracer::NodeArg& a : n.args) {
-      std::vector<tracer::ValueId> ids = a.values;
-      if (a.kind == tracer::NodeArg::Kind::kValue) ids.push_back(a.value);
-      for (tracer::ValueId v : ids) {
-        if (v == tracer::kNoValue) continue;
-        const tracer::ValueKind root = g.value(g.RootOf(v)).kind;
-        if (root == tracer::ValueKind::kInput || root == tracer::ValueKind::kConstant) {
-          *why = absl::StrCat(n.op, " at %", n.index,
-                              " writes an argument or captured tensor in place (a recompute would write again)");
-          return nullptr;
-        }
+    // Every input of the op counts, not only those its schema marks written (conservative).
+    for (tracer::ValueId v : tracer::InputValues(n)) {
+      if (v == tracer::kNoValue) continue;
+      const tracer::ValueKind root = g.value(g.RootOf(v)).kind;
+      if (root == tracer::ValueKind::kInput || root == tracer::ValueKind::kConstant) {
+        *why = absl::StrCat(n.op, " at %", n.index,
+                            " writes an argument or captured tensor in place (a recompute would write again)");
+        return nullptr;
       }
     }
   }
@@ -220,7 +219,6 @@ std::vector<at::Tensor> CompiledBackward::Body(const std::vector<c10::IValue>& a
 bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValue>& args,
                            std::vector<at::Tensor>* outputs, std::string* value_guard_failure) const {
   if (disabled_.load(std::memory_order_relaxed)) return forward.Run(args, outputs, value_guard_failure);
-  calls_.fetch_add(1, std::memory_order_relaxed);
   std::vector<at::Tensor> diff_inputs;
   for (int i : diff_args_) diff_inputs.push_back(args[i].toTensor());
   diff_inputs.insert(diff_inputs.end(), params_.begin(), params_.end());

@@ -39,8 +39,6 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
                                    const std::vector<std::vector<int64_t>>& output_sizes,
                                    const std::vector<at::TensorOptions>& output_options) const;
 
-  const std::vector<int>& diff_args() const { return diff_args_; }
-  const std::vector<at::Tensor>& params() const { return params_; }
   const std::vector<bool>& diff_outputs() const { return diff_outputs_; }
 
  private:
@@ -60,7 +58,6 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   mutable std::atomic<bool> disabled_{false};
   mutable std::mutex mu_;
   mutable std::string disabled_why_;
-  mutable std::atomic<int64_t> calls_{0};
 };
 
 }  // namespace warden::runtime

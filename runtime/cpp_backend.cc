@@ -332,7 +332,9 @@ class CppArtifact final : public CodegenArtifact {
     absl::InlinedVector<const at::Tensor*, 8> ins;
     for (const KernelInput& in : k.inputs) {
       const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || (t.requires_grad() && !k.history_free && c10::GradMode::is_enabled()) ||
+      // Note [History-free nodes]: an input that requires grad is fine where nothing is recorded.
+      const bool records = t.defined() && t.requires_grad() && !k.history_free && c10::GradMode::is_enabled();
+      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || records ||
           t.dim() != static_cast<int64_t>(in.sizes.size())) {
         return false;
       }

@@ -12,6 +12,7 @@
 #include "bench/radon.h"
 #include "ops/derivatives.h"
 #include "runtime/warden.h"
+#include "tests/gradient_checks.h"
 
 namespace {
 
@@ -19,26 +20,8 @@ using ::testing::HasSubstr;
 using Args = std::vector<c10::IValue>;
 using Fn = std::function<std::vector<at::Tensor>(const Args&)>;
 
-class CapturedGradients : public ::testing::TestWithParam<const char*> {
- protected:
-  warden::Options Opts(const std::string& name = "fn") const {
-    warden::Options o;
-    o.name = name;
-    o.backend = GetParam();
-    return o;
-  }
-};
-
-void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
-                 double atol = 1e-6) {
-  ASSERT_EQ(got.defined(), want.defined()) << what;
-  if (!want.defined()) return;
-  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_EQ(got.requires_grad(), want.requires_grad()) << what;
-  EXPECT_TRUE(torch::allclose(got.detach().to(torch::kDouble), want.detach().to(torch::kDouble), rtol, atol))
-      << what << "\n got " << got << "\n want " << want;
-}
+using CapturedGradients = warden::testing::BackendTest;
+using warden::testing::ExpectClose;
 
 void ExpectCaptured(const warden::CompiledFunction& f) {
   EXPECT_EQ(f.stats().eager_calls, 0) << f.explain();

@@ -11,31 +11,15 @@
 
 #include "bench/radon.h"
 #include "runtime/warden.h"
+#include "tests/gradient_checks.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 using Args = std::vector<c10::IValue>;
 
-class CompiledBackwardTest : public ::testing::TestWithParam<const char*> {
- protected:
-  warden::Options Opts(const std::string& name) const {
-    warden::Options o;
-    o.name = name;
-    o.backend = GetParam();
-    return o;
-  }
-};
-
-void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
-                 double atol = 1e-6) {
-  ASSERT_EQ(got.defined(), want.defined()) << what;
-  if (!want.defined()) return;
-  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(torch::allclose(got.detach().to(torch::kDouble), want.detach().to(torch::kDouble), rtol, atol))
-      << what << "\n got " << got << "\n want " << want;
-}
+using CompiledBackwardTest = warden::testing::BackendTest;
+using warden::testing::ExpectClose;
 
 // Identical twins: same architecture, same weights.
 torch::nn::Sequential MakeMlp(uint64_t seed) {

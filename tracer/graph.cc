@@ -75,21 +75,41 @@ ValueId Graph::RootOf(ValueId id) const {
   return id;
 }
 
+std::vector<ValueId> InputValues(const Node& n) {
+  std::vector<ValueId> ids;
+  for (const NodeArg& a : n.args) {
+    if (a.kind == NodeArg::Kind::kValue) {
+      ids.push_back(a.value);
+    } else if (a.kind == NodeArg::Kind::kValueList || a.kind == NodeArg::Kind::kOptValueList) {
+      ids.insert(ids.end(), a.values.begin(), a.values.end());
+    }
+  }
+  return ids;
+}
+
+std::vector<ValueId> WrittenValues(const Node& n) {
+  if (!n.handle) return InputValues(n);
+  const auto& schema = n.handle->schema();
+  std::vector<ValueId> ids;
+  for (size_t i = 0; i < n.args.size() && i < schema.arguments().size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    const NodeArg& a = n.args[i];
+    if (a.kind == NodeArg::Kind::kValue) ids.push_back(a.value);
+    for (ValueId v : a.values) {
+      if (v != kNoValue) ids.push_back(v);
+    }
+  }
+  return ids;
+}
+
 std::vector<int> Graph::MutatedArgs() const {
   std::set<int> args;
   for (const Node& n : nodes) {
     if (!n.mutates || !n.handle) continue;
-    const auto& schema = n.handle->schema();
-    for (size_t i = 0; i < n.args.size() && i < schema.arguments().size(); ++i) {
-      const auto* alias = schema.arguments()[i].alias_info();
-      if (alias == nullptr || !alias->isWrite()) continue;
-      const NodeArg& a = n.args[i];
-      std::vector<ValueId> written =
-          a.kind == NodeArg::Kind::kValue ? std::vector<ValueId>{a.value} : a.values;
-      for (ValueId v : written) {
-        const int base = BaseArg(v);
-        if (base >= 0) args.insert(base);
-      }
+    for (ValueId v : WrittenValues(n)) {
+      const int base = BaseArg(v);
+      if (base >= 0) args.insert(base);
     }
   }
   return {args.begin(), args.end()};

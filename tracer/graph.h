@@ -206,6 +206,13 @@ class Graph {
   std::string ValueName(ValueId id) const;
 };
 
+// The tensor values a node reads, in argument order (each element of a Tensor[]; kNoValue for a
+// None element of a Tensor?[]).
+std::vector<ValueId> InputValues(const Node& n);
+// The values a node writes in place: the arguments its schema marks written (every input of a node
+// without a schema).
+std::vector<ValueId> WrittenValues(const Node& n);
+
 std::string DtypeShort(at::ScalarType t);  // f32, i64, b8, ...
 std::string ShapeString(const std::vector<int64_t>& sizes);  // [3, 4]
 std::string IValueString(const c10::IValue& v);

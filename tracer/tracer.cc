@@ -901,17 +901,9 @@ void CheckRule(TraceState& st, const ops::OpInfo& info, Node& node) {
 // True if the node writes (schema alias annotation with '!') a value whose storage belongs to an
 // argument or a captured constant.
 bool WritesArgumentOrConstant(const Graph& g, const Node& node) {
-  const auto& schema = node.handle->schema();
-  for (size_t i = 0; i < node.args.size() && i < schema.arguments().size(); ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    if (alias == nullptr || !alias->isWrite()) continue;
-    const NodeArg& a = node.args[i];
-    std::vector<ValueId> written = a.kind == NodeArg::Kind::kValue ? std::vector<ValueId>{a.value} : a.values;
-    for (ValueId v : written) {
-      if (v == kNoValue) continue;
-      const ValueKind root = g.value(g.RootOf(v)).kind;
-      if (root == ValueKind::kInput || root == ValueKind::kConstant) return true;
-    }
+  for (ValueId v : WrittenValues(node)) {
+    const ValueKind root = g.value(g.RootOf(v)).kind;
+    if (root == ValueKind::kInput || root == ValueKind::kConstant) return true;
   }
   return false;
 }
@@ -1454,19 +1446,7 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
 using torch::autograd::edge_list;
 using torch::autograd::variable_list;
 
-std::vector<ValueId> TensorInputs(const Graph& g, const Node& n) {
-  std::vector<ValueId> ids;
-  for (const NodeArg& a : n.args) {
-    if (a.kind == NodeArg::Kind::kValue) {
-      ids.push_back(a.value);
-    } else if (a.kind == NodeArg::Kind::kValueList || a.kind == NodeArg::Kind::kOptValueList) {
-      for (ValueId v : a.values) ids.push_back(v);
-    }
-  }
-  return ids;
-}
-
-std::vector<ValueId> TensorOutputs(const Graph& g, const Node& n) {
+std::vector<ValueId> TensorOutputs(const Node& n) {
   std::vector<ValueId> ids;
   for (const NodeReturn& r : n.returns) {
     if (r.kind == NodeReturn::Kind::kScalar) continue;
@@ -1477,8 +1457,8 @@ std::vector<ValueId> TensorOutputs(const Graph& g, const Node& n) {
 
 // The tensor inputs of a node as derivative rules number them: one slot per Tensor or Tensor?
 // parameter of the schema (kNoValue where it is None), one per element of a Tensor[].
-std::vector<ValueId> TensorSlots(const Graph& g, const Node& n) {
-  if (!n.handle) return TensorInputs(g, n);
+std::vector<ValueId> TensorSlots(const Node& n) {
+  if (!n.handle) return InputValues(n);
   const auto& params = n.handle->schema().arguments();
   std::vector<ValueId> ids;
   for (size_t i = 0; i < n.args.size() && i < params.size(); ++i) {
@@ -1517,9 +1497,9 @@ class GradientCapture {
     for (ValueId v : wanted) dep[v] = 1;
     for (const Node& n : g_.nodes) {
       bool any = false;
-      for (ValueId v : TensorInputs(g_, n)) any |= v != kNoValue && dep[v];
+      for (ValueId v : InputValues(n)) any |= v != kNoValue && dep[v];
       if (!any) continue;
-      for (ValueId v : TensorOutputs(g_, n)) dep[v] = 1;
+      for (ValueId v : TensorOutputs(n)) dep[v] = 1;
     }
     for (size_t i = 0; i < roots.size(); ++i) {
       const at::Tensor& go = grad_outputs.at(i);
@@ -1534,7 +1514,7 @@ class GradientCapture {
     std::vector<int> path;
     for (int k = first_node - 1; k >= 0; --k) {
       const Node n = g_.nodes[k];  // a copy: the rules below append to g_.nodes
-      const std::vector<ValueId> outs = TensorOutputs(g_, n);
+      const std::vector<ValueId> outs = TensorOutputs(n);
       std::vector<at::Tensor> out_grads;
       bool any_grad = false;
       for (ValueId v : outs) {
@@ -1543,7 +1523,7 @@ class GradientCapture {
         any_grad |= it != grads_.end();
       }
       if (!any_grad) continue;
-      const std::vector<ValueId> ins = TensorSlots(g_, n);
+      const std::vector<ValueId> ins = TensorSlots(n);
       std::vector<bool> needs;
       bool any_need = false;
       for (ValueId v : ins) {
@@ -1566,7 +1546,7 @@ class GradientCapture {
     // What the backward reads of the forward: the values a replay keeps alive for it.
     std::set<ValueId> saved;
     for (size_t k = first_node; k < g_.nodes.size(); ++k) {
-      for (ValueId v : TensorInputs(g_, g_.nodes[k])) {
+      for (ValueId v : InputValues(g_.nodes[k])) {
         if (v == kNoValue) continue;
         const Value& val = g_.value(v);
         if (val.kind != ValueKind::kNode || val.node < first_node) saved.insert(v);
@@ -1632,14 +1612,9 @@ class GradientCapture {
   void CheckWrites() {
     for (const Node& n : g_.nodes) {
       if (!n.mutates || n.op == "aten::requires_grad_") continue;
-      for (size_t i = 0; i < n.args.size(); ++i) {
-        const auto* alias = n.handle ? n.handle->schema().arguments().at(i).alias_info() : nullptr;
-        if (n.handle && (alias == nullptr || !alias->isWrite())) continue;  // read only
-        std::vector<ValueId> written = n.args[i].values;
-        if (n.args[i].kind == NodeArg::Kind::kValue) written.push_back(n.args[i].value);
-        for (ValueId v : written) {
-          if (v != kNoValue) last_write_[g_.RootOf(v)] = std::max(last_write_[g_.RootOf(v)], n.index);
-        }
+      for (ValueId v : WrittenValues(n)) {
+        int& last = last_write_[g_.RootOf(v)];
+        last = std::max(last, n.index);
       }
     }
   }
@@ -1709,18 +1684,20 @@ class GradientCapture {
     ops::GradContext c{args, outputs, out_grads, needs,
                        [](const at::Tensor& t) { return RealOf(t).sizes().vec(); }};
     std::vector<at::Tensor> in_grads;
+    // The ops recorded from here on (the rule's, the casts, the accumulation) are node n's backward.
     st_.grad_of = n.index;
+    struct ResetGradOf {
+      TraceState& st;
+      ~ResetGradOf() { st.grad_of = -1; }
+    } reset{st_};
     try {
       in_grads = rule(c);
     } catch (const AbortTrace&) {
-      st_.grad_of = -1;
       throw;
     } catch (const std::exception& e) {
-      st_.grad_of = -1;
       throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " failed: ", e.what())};
     }
     if (in_grads.size() > ins.size()) {
-      st_.grad_of = -1;
       throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " returned ", in_grads.size(), " gradients for ",
                                        ins.size(), " inputs")};
     }
@@ -1729,21 +1706,18 @@ class GradientCapture {
       if (!needs[i]) continue;
       if (!in_grads[i].defined()) {
         // A rule leaves out only what it cannot differentiate (masked_fill's value tensor).
-        st_.grad_of = -1;
         throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " does not differentiate its input ", i)};
       }
       at::Tensor gi = in_grads[i];
       const at::ScalarType dtype = g_.value(ins[i]).meta.dtype;
       if (RealOf(gi).scalar_type() != dtype) gi = gi.to(dtype);
       if (!RealOf(gi).sizes().equals(Real(ins[i]).sizes())) {
-        st_.grad_of = -1;
         throw CaptureFailed{absl::StrCat("the derivative rule of ", at, " gave input ", i, " a gradient of shape ",
                                          ShapeString(RealOf(gi).sizes().vec()), " for ",
                                          ShapeString(Real(ins[i]).sizes().vec()))};
       }
       Accumulate(ins[i], gi);
     }
-    st_.grad_of = -1;
   }
 
   TraceState& st_;
@@ -1771,7 +1745,6 @@ class CapturingEngine final : public torch::autograd::Engine {
           return capture.Run(roots, inputs, keep_graph, create_graph, outputs);
         } catch (const CaptureFailed& f) {
           why = f.why;
-          st->grad_of = -1;
         }
       }
       Abandon(*st,
