@@ -21,12 +21,15 @@ class CodegenArtifact : public Artifact {
   // Where the library came from (codegen::KernelLibrary::origin: "compiled", "local hit", "remote
   // hit", "package hit", plus rejected shared entries); "" when nothing was compiled.
   virtual const std::string& kernel_origin() const = 0;
-  // Per fused region, the node indices it runs as one kernel.
+  // Per fused region, the node indices it runs as one kernel; the last programs() of them are
+  // straight-line programs (Note [Straight-line programs] in runtime/codegen_pointwise.h).
   virtual std::vector<std::vector<int>> fused_regions() const = 0;
+  virtual int programs() const { return 0; }
 };
 
-// Process-wide count of fused-region runs whose run-time check failed (a non-contiguous input, ...)
-// so that the region's nodes were replayed instead; for tests and explain. Counted off the hot path.
+// Process-wide count of fused-region (or program) runs whose run-time check failed (a
+// non-contiguous input, an index out of range, ...) so that the region's nodes were replayed
+// instead; for tests and explain. Counted off the hot path.
 int64_t CodegenRegionFallbacks();
 
 }  // namespace warden

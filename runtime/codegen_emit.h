@@ -23,8 +23,22 @@ std::string LiteralOf(double d, at::ScalarType t);
 // A name for comments in the source that does not depend on user-chosen argument names, so that
 // equal kernels of different functions hash (and cache) alike.
 std::string CanonicalName(const tracer::Graph& g, tracer::ValueId id);
-// The leading tensor operands of a fusible node (FusionBlocker).
+// The leading tensor operands of a fusible node (FusionBlocker), or of an in-place one a program
+// runs (Note [Straight-line programs]).
 int TensorOperands(const tracer::Node& n);
+// The functional form of an in-place op ("aten::add_.Tensor" -> "aten::add.Tensor"), "" if `op`
+// is not named like one.
+std::string FunctionalName(const std::string& op);
+// Why an elementwise `node` cannot be computed by generated code, or "". `program`: for a
+// straight-line program, which also takes in-place forms and leaves the result's history and
+// storage (requires grad, views, strides) to its own checks.
+std::string ElementwiseBlocker(const tracer::Graph& g, const tracer::Node& node, bool program);
+// The dtypes generated code computes in: f32, f64, i64, b8.
+bool IsFusedDtype(at::ScalarType t);
+// A Scalar argument as a literal of dtype `t` (Scalar::to<T>()); false if not representable.
+bool ScalarLiteralOf(const c10::IValue& v, at::ScalarType t, std::string* text, double* value);
+// The prelude of every translation unit of kernels (math declarations).
+const char* KernelPrelude();
 // The signature, sizes and strides (literals when static, else params; the innermost strides are
 // always literals) and the typed in/out pointers (or inlined arrays) of a region's kernel.
 std::string KernelHead(const tracer::Graph& g, const PointwiseRegion& r);
@@ -52,6 +66,12 @@ ReductionInfo ReductionOf(const tracer::Graph& g, const tracer::Node& node);
 bool FullShaped(ReductionKind k);
 // The kernel of a reduction region.
 std::string ReductionSource(const tracer::Graph& g, const PointwiseRegion& r);
+
+// codegen_program.cc (Note [Straight-line programs]).
+// The programs of `g`; their `function` names are left empty.
+std::vector<ProgramRegion> PlanPrograms(const tracer::Graph& g, const std::vector<bool>& symbolic_shape,
+                                        const std::vector<bool>& history_free);
+std::string ProgramSource(const tracer::Graph& g, const ProgramRegion& p);
 
 }  // namespace warden::codegen::emit
 

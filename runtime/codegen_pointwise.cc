@@ -317,6 +317,15 @@ ScalarType CommonDtype(const std::vector<Participant>& ps) {
   return combine(by_rank[2], combine(by_rank[1], by_rank[0]));
 }
 
+// The op table's row for `op`, or for its functional form when `op` is an in-place variant
+// ("aten::add_.Tensor" -> "aten::add.Tensor"; Note [Straight-line programs] runs those); null if none.
+const OpDef* FindOp(const std::string& op) {
+  auto it = OpTable().find(op);
+  if (it != OpTable().end()) return &it->second;
+  it = OpTable().find(emit::FunctionalName(op));
+  return it == OpTable().end() ? nullptr : &it->second;
+}
+
 // The dtype a fusible node computes in (Note [Type promotion]).
 ScalarType ComputeDtype(const Graph& g, const Node& n, const OpDef& def) {
   const ScalarType out = g.value(n.returns[0].values[0]).meta.dtype;
@@ -469,6 +478,8 @@ std::string Operands::Lit(double v) const { return LiteralOf(v, dtype); }
 
 }  // namespace
 
+const char* emit::KernelPrelude() { return kPrelude; }
+
 bool StillInlinable(const InlinedConstant& c, const at::Tensor& t) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!impl->has_storage() || impl->storage().use_count() != 1 || !impl->version_counter().enabled() ||
@@ -522,7 +533,21 @@ std::string CanonicalName(const Graph& g, ValueId id) {
   return g.ValueName(id);
 }
 
-int TensorOperands(const Node& n) { return OpTable().at(n.op).tensors; }
+int TensorOperands(const Node& n) { return FindOp(n.op)->tensors; }
+
+std::string FunctionalName(const std::string& op) {
+  const size_t dot = op.find('.', 6);  // after "aten::"
+  std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot);
+  if (name.size() < 8 || name.back() != '_' || name[name.size() - 2] == '_') return "";
+  name.pop_back();
+  return name + overload;
+}
+
+bool IsFusedDtype(ScalarType t) { return FusedDtype(t); }
+
+bool ScalarLiteralOf(const c10::IValue& v, ScalarType t, std::string* text, double* value) {
+  return ScalarLiteral(v, t, text, value);
+}
 
 std::string KernelHead(const Graph& g, const PointwiseRegion& r) {
   const Layout& L = r.layout;
@@ -584,7 +609,7 @@ std::string NodeStatements(const Graph& g, const std::vector<int>& nodes, const 
   std::string s;
   for (int index : nodes) {
     const Node& node = g.nodes[index];
-    const OpDef& def = OpTable().at(node.op);
+    const OpDef& def = *FindOp(node.op);
     Operands o;
     o.dtype = ComputeDtype(g, node, def);
     for (int a = 0; a < def.tensors; ++a) {
@@ -682,18 +707,27 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
-std::string FusionBlocker(const Graph& g, const Node& node) {
+std::string FusionBlocker(const Graph& g, const Node& node) { return emit::ElementwiseBlocker(g, node, false); }
+
+namespace emit {
+
+std::string ElementwiseBlocker(const Graph& g, const Node& node, bool program) {
   if (!node.handle) return "no operator";
-  if (node.mutates) return "in-place";
+  if (node.mutates && !program) return "in-place";
   for (const tracer::NodeArg& a : node.args) {
     if (!a.sizes_of.empty()) return "takes argument sizes at run time";  // replayed (codegen_replay)
   }
   if (node.random) return "random";
   if (node.kind == tracer::NodeKind::kDataDependent) return "data-dependent";
   if (node.mode) return "runs under a thread-local mode the function set";  // Note [Thread modes]
-  auto it = OpTable().find(node.op);
-  if (it == OpTable().end()) return "no pointwise lowering";
-  const OpDef& def = it->second;
+  const OpDef* found = program ? FindOp(node.op) : nullptr;
+  if (!program) {
+    auto it = OpTable().find(node.op);
+    if (it != OpTable().end()) found = &it->second;
+  }
+  if (found == nullptr) return "no pointwise lowering";
+  const OpDef& def = *found;
+  if (node.mutates != (OpTable().count(node.op) == 0)) return "unexpected in-place form";
   if (node.args.size() != static_cast<size_t>(def.tensors + def.scalars + def.extra)) return "unexpected schema";
   if (node.returns.size() != 1 || node.returns[0].kind != NodeReturn::Kind::kTensor ||
       node.returns[0].values.size() != 1) {
@@ -703,9 +737,12 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
   const TensorMeta& m = out.meta;
   if (!FusedDtype(m.dtype)) return absl::StrCat("dtype ", tracer::DtypeShort(m.dtype));
   if (!m.device.is_cpu()) return "not on the CPU";
-  if (m.requires_grad) return "requires grad";
-  if (out.alias_of != tracer::kNoValue) return "result is a view";
-  if (!IsContiguous(m.sizes, m.strides)) return "non-contiguous result";
+  // A program (Note [Straight-line programs]) checks history and the result's storage itself.
+  if (!program) {
+    if (m.requires_grad) return "requires grad";
+    if (out.alias_of != tracer::kNoValue) return "result is a view";
+    if (!IsContiguous(m.sizes, m.strides)) return "non-contiguous result";
+  }
   for (int a = def.tensors + def.scalars; a < static_cast<int>(node.args.size()); ++a) {
     if (node.args[a].kind != NodeArg::Kind::kConstant) return "unexpected schema";
   }
@@ -715,7 +752,7 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
     const TensorMeta& im = g.value(arg.value).meta;
     if (!FusedDtype(im.dtype)) return absl::StrCat("operand dtype ", tracer::DtypeShort(im.dtype));
     if (!im.device.is_cpu()) return "operand not on the CPU";
-    if (im.requires_grad) return "operand requires grad";
+    if (im.requires_grad && !program) return "operand requires grad";
     if (!Broadcasts(im.sizes, m.sizes)) return "operand does not broadcast to the result";
     if (im.strides.size() != im.sizes.size()) return "operand without strides";
   }
@@ -749,8 +786,17 @@ std::string FusionBlocker(const Graph& g, const Node& node) {
   return "";
 }
 
-PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_shape) {
+}  // namespace emit
+
+PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_shape,
+                            const std::vector<bool>& history_free) {
   PointwisePlan plan;
+  plan.programs = emit::PlanPrograms(g, symbolic_shape, history_free);
+  std::vector<bool> in_program(g.nodes.size(), false);
+  for (size_t p = 0; p < plan.programs.size(); ++p) {
+    plan.programs[p].function = absl::StrCat("warden_program_", p);
+    for (int n : plan.programs[p].nodes) in_program[n] = true;
+  }
   std::vector<int> last_user(g.values.size(), -1);
   auto use = [&](ValueId id, int node) {
     if (id != tracer::kNoValue) last_user[id] = std::max(last_user[id], node);
@@ -773,6 +819,10 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
   PointwiseRegion* epilogue = nullptr;  // a reduction region whose epilogue nodes may follow
   std::vector<int64_t> epilogue_shape;
   for (const Node& n : g.nodes) {
+    if (in_program[n.index]) {
+      open = epilogue = nullptr;
+      continue;
+    }
     const ReductionInfo reduction = ReductionOf(g, n);
     if (reduction.kind != ReductionKind::kNone) {
       // Note [Row reductions]: ends the open region if it produced the reduced value just before,
@@ -882,12 +932,13 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
     plan.regions.push_back(std::move(r));
   }
 
-  if (!plan.regions.empty()) {
+  if (!plan.regions.empty() || !plan.programs.empty()) {
     plan.source = kPrelude;
     for (const PointwiseRegion& r : plan.regions) {
       absl::StrAppend(&plan.source, "\n",
                       r.reduction == ReductionKind::kNone ? RegionSource(g, r) : ReductionSource(g, r));
     }
+    for (const ProgramRegion& p : plan.programs) absl::StrAppend(&plan.source, "\n", emit::ProgramSource(g, p));
   }
   return plan;
 }

@@ -144,6 +144,60 @@ struct InlinedConstant {
 // Whether the constant tensor `t` still holds what `c` was made from (Note [Inlined constants]).
 bool StillInlinable(const InlinedConstant& c, const at::Tensor& t);
 
+// Note [Straight-line programs]
+// A small graph is mostly dispatch: the radon log-density is ~60 ATen calls on 0-dim, [85] and
+// [919] tensors, and its gradient ~150, each ~1 us of eager overhead for ~100 ns of arithmetic.
+// Pointwise regions (one shape each, consecutive) cut it into pieces between the selects, the
+// gathers, the reductions and the scalar chains. A program is one generated C function for a
+// consecutive stretch of nodes that evaluates them one after another, in graph order, on plain
+// arrays: elementwise ops (the op table, in-place forms included), views (select, narrow, slice,
+// expand, detach, transpose, permute, view, ...: index arithmetic on the viewed array, so they
+// alias exactly as in eager), *_like / zeros / ones / full / empty, fill_ / zero_ / copy_, clone,
+// _to_copy / to.dtype / contiguous, sum / mean (all or some dims), index_select, index_add,
+// select_scatter, slice_scatter, and the layers of small models in eval mode: mm / addmm / bmm /
+// matmul (2-D or batched, up to kMaxProgramMacs multiply-adds, accumulated in double), embedding,
+// batch_norm with running statistics and training=false (ATen's alpha/beta form), dropout with
+// train=false, softmax / log_softmax over one dim, layer_norm over the last dim.
+// Consecutive elementwise nodes of one shape share one loop (values used only there stay in
+// registers). Conditions, all checked when planning:
+//   - every size is static (not symbolic) and every value has at most kMaxProgramElements
+//     elements (the self of a view or of index_select may be larger): above that ATen's kernels
+//     run in parallel and pointwise regions are the better plan; dtypes f32/f64/i64/b8, CPU;
+//   - a node whose result requires grad must be history-free (Note [History-free nodes]), unless
+//     the entry runs with grad mode off (a view of a parameter still says requires_grad);
+//   - nothing from before the program is written (in-place ops write only arrays the program
+//     made), and an in-place op reads no other view of what it writes;
+//   - a value read after the program (or returned) is an array the program made, whole: the base
+//     result itself, an in-place result on it, or a detach/alias of it that is the only value of
+//     that array read after; these arrays are the program's outputs (fresh contiguous tensors of
+//     the traced sizes, as eager's results are); a view read after stays outside (replayed).
+// A node that breaks a condition ends the stretch (planning repeats until stable). A stretch
+// becomes a program if it has a node pointwise regions cannot run (else they take it: they also
+// run large and symbolic shapes, in parallel) and at least two nodes that compute. An in-place op
+// on a broadcast view (stride 0) stays outside, so ATen raises as in eager.
+// Run time: the inputs must have the traced dtype, sizes and strides, plain CPU keys and no
+// autograd unless the program is history-free (as Note [Region run-time check]); intermediate
+// arrays live in a per-thread scratch buffer. An index out of range makes the program return 1
+// before anything outside its own arrays was touched, and its nodes are replayed instead, so ATen
+// raises eager's error. Sums accumulate f32 in double and use vector lanes (`omp simd
+// reduction`), so they are not bit-equal to ATen's cascade sum (within its rounding).
+constexpr int64_t kMaxProgramElements = 32768;
+constexpr int64_t kMaxProgramScratchBytes = int64_t{8} << 20;
+
+struct ProgramRegion {
+  std::vector<int> nodes;                // consecutive node indices
+  std::vector<tracer::ValueId> inputs;   // in[k]: values from before the program
+  std::vector<tracer::ValueId> outputs;  // out[k]: arrays the program made that are read after it
+  // Values read after the program, each with the output array it is (a base, an in-place result
+  // on it or its detach).
+  std::vector<std::pair<tracer::ValueId, int>> results;
+  int64_t scratch_bytes = 0;
+  std::string function;  // "warden_program_<index>"
+};
+
+// The signature of a program: 0 on success, 1 if an index was out of range (nothing published).
+using ProgramFn = int (*)(const void** in, void** out, char* scratch);
+
 enum class ReductionKind : uint8_t { kNone, kSoftmax, kLogSoftmax, kSum, kMean, kAmax, kLayerNorm };
 
 struct PointwiseRegion {
@@ -167,16 +221,19 @@ struct PointwiseRegion {
 
 struct PointwisePlan {
   std::vector<PointwiseRegion> regions;
+  std::vector<ProgramRegion> programs;  // Note [Straight-line programs]; their nodes are in no region
   std::string source;  // all kernels of the graph in one translation unit ("" if no region)
 };
 
 // Why `node` cannot be part of a region, or "" if it can.
 std::string FusionBlocker(const tracer::Graph& graph, const tracer::Node& node);
 
-// The regions of `graph` (Note [Pointwise regions]) and their source. `symbolic_shape[id]` is true
-// where value id's sizes may differ from the traced ones at run time (CompileContext); missing
-// entries are static.
-PointwisePlan PlanPointwise(const tracer::Graph& graph, const std::vector<bool>& symbolic_shape = {});
+// The programs (Note [Straight-line programs]) and regions (Note [Pointwise regions]) of `graph`
+// and their source. `symbolic_shape[id]` is true where value id's sizes may differ from the traced
+// ones at run time (CompileContext); missing entries are static. `history_free`: per node, Note
+// [History-free nodes] (missing: false).
+PointwisePlan PlanPointwise(const tracer::Graph& graph, const std::vector<bool>& symbolic_shape = {},
+                            const std::vector<bool>& history_free = {});
 
 // The ops the fuser knows, for documentation and tests ("aten::add.Tensor", ...).
 std::vector<std::string> FusibleOps();

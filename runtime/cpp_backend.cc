@@ -86,6 +86,25 @@ struct KernelStep {
   bool history_free = false;     // Note [History-free nodes]: inputs may require grad
 };
 
+// Note [Straight-line programs] in codegen_pointwise.h.
+struct ProgramInput {
+  int slot = -1;  // -1: a captured constant
+  at::Tensor constant;
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes, strides;  // traced: required exactly
+};
+
+struct ProgramStep {
+  codegen::ProgramFn fn = nullptr;
+  std::vector<ProgramInput> inputs;
+  std::vector<std::vector<int64_t>> output_sizes;
+  std::vector<at::ScalarType> output_dtypes;
+  std::vector<std::pair<int, int>> results;  // (slot, output index)
+  int64_t scratch_bytes = 0;
+  int first_op = 0, end_op = 0;
+  bool history_free = false;
+};
+
 class CppArtifact final : public CodegenArtifact {
  public:
   CppArtifact(std::shared_ptr<const Graph> graph, codegen::PointwisePlan plan,
@@ -102,11 +121,41 @@ class CppArtifact final : public CodegenArtifact {
       ops_.back().no_grad = history_free[n.index];
     }
 
-    std::vector<int> region_at(g.nodes.size(), -1);
+    std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);
     for (size_t r = 0; r < plan_.regions.size(); ++r) region_at[plan_.regions[r].nodes.front()] = r;
+    for (size_t p = 0; p < plan_.programs.size(); ++p) program_at[plan_.programs[p].nodes.front()] = p;
     for (size_t i = 0; i < g.nodes.size();) {
+      if (program_at[i] >= 0) {
+        const codegen::ProgramRegion& p = plan_.programs[program_at[i]];
+        ProgramStep ps;
+        ps.fn = reinterpret_cast<codegen::ProgramFn>(library_->Find(p.function));
+        for (ValueId id : p.inputs) {
+          const tracer::TensorMeta& m = g.value(id).meta;
+          ProgramInput in;
+          in.slot = slots.Slot(id);
+          if (in.slot < 0) in.constant = g.value(id).constant;
+          in.dtype = m.dtype;
+          in.sizes = m.sizes;
+          in.strides = m.strides;
+          ps.inputs.push_back(std::move(in));
+        }
+        for (ValueId id : p.outputs) {
+          ps.output_sizes.push_back(g.value(id).meta.sizes);
+          ps.output_dtypes.push_back(g.value(id).meta.dtype);
+        }
+        for (const auto& [id, out] : p.results) ps.results.push_back({slots.Slot(id), out});
+        ps.scratch_bytes = p.scratch_bytes;
+        ps.first_op = p.nodes.front();
+        ps.end_op = p.nodes.back() + 1;
+        ps.history_free = true;
+        for (int node : p.nodes) ps.history_free = ps.history_free && history_free[node];
+        steps_.push_back({Step::kProgram, static_cast<int>(programs_.size())});
+        programs_.push_back(std::move(ps));
+        i = p.nodes.back() + 1;
+        continue;
+      }
       if (region_at[i] < 0) {
-        steps_.push_back({false, static_cast<int>(i)});
+        steps_.push_back({Step::kOp, static_cast<int>(i)});
         ++i;
         continue;
       }
@@ -154,7 +203,7 @@ class CppArtifact final : public CodegenArtifact {
       k.end_op = r.nodes.back() + 1;
       k.history_free = true;
       for (int node : r.nodes) k.history_free = k.history_free && history_free[node];
-      steps_.push_back({true, static_cast<int>(kernels_.size())});
+      steps_.push_back({Step::kKernel, static_cast<int>(kernels_.size())});
       kernels_.push_back(std::move(k));
       i = r.nodes.back() + 1;
     }
@@ -172,8 +221,15 @@ class CppArtifact final : public CodegenArtifact {
     // outputs, and everything the ops of its region use (its fallback runs them).
     std::vector<std::vector<int>> uses(steps_.size());
     for (size_t i = 0; i < steps_.size(); ++i) {
-      if (!steps_[i].kernel) {
+      if (steps_[i].kind == Step::kOp) {
         codegen::AddSlotsOf(ops_[steps_[i].index], &uses[i]);
+        continue;
+      }
+      if (steps_[i].kind == Step::kProgram) {
+        const ProgramStep& p = programs_[steps_[i].index];
+        for (const ProgramInput& in : p.inputs) uses[i].push_back(in.slot);
+        for (const auto& [slot, out] : p.results) uses[i].push_back(slot);
+        for (int op = p.first_op; op < p.end_op; ++op) codegen::AddSlotsOf(ops_[op], &uses[i]);
         continue;
       }
       const KernelStep& k = kernels_[steps_[i].index];
@@ -199,8 +255,10 @@ class CppArtifact final : public CodegenArtifact {
   std::vector<std::vector<int>> fused_regions() const override {
     std::vector<std::vector<int>> regions;
     for (const auto& r : plan_.regions) regions.push_back(r.nodes);
+    for (const auto& p : plan_.programs) regions.push_back(p.nodes);
     return regions;
   }
+  int programs() const override { return static_cast<int>(plan_.programs.size()); }
 
   // Hot path: a boxed call per unfused node and one kernel call per region (plus the allocation
   // of the region's outputs); takes no lock (but see EmptyOutput for outputs of >= 4 MB).
@@ -212,8 +270,16 @@ class CppArtifact final : public CodegenArtifact {
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
     for (size_t i = 0; i < steps_.size(); ++i) {
       const Step& s = steps_[i];
-      if (!s.kernel) {
+      if (s.kind == Step::kOp) {
         if (!codegen::RunOpStep(ops_[s.index], slots, scratch.stack(), value_guard_failure)) return false;
+      } else if (s.kind == Step::kProgram) {
+        if (!RunProgram(programs_[s.index], slots)) {
+          const ProgramStep& p = programs_[s.index];
+          region_fallbacks.fetch_add(1, std::memory_order_relaxed);
+          for (int op = p.first_op; op < p.end_op; ++op) {
+            if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
+          }
+        }
       } else if (!RunKernel(kernels_[s.index], slots)) {
         const KernelStep& k = kernels_[s.index];
         region_fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -233,8 +299,8 @@ class CppArtifact final : public CodegenArtifact {
 
  private:
   struct Step {
-    bool kernel;
-    int index;  // into kernels_ or ops_
+    enum Kind : uint8_t { kOp, kKernel, kProgram } kind;
+    int index;  // into ops_, kernels_ or programs_
   };
   std::vector<std::vector<int>> releases_;  // per step: slots cleared after it
 
@@ -327,6 +393,47 @@ class CppArtifact final : public CodegenArtifact {
     return (t.key_set().raw_repr() & ~kPlain) == 0;
   }
 
+  // This thread's scratch arrays for programs, at least `bytes` long and 64-byte aligned.
+  static char* ProgramScratch(int64_t bytes) {
+    struct Buffer {
+      std::unique_ptr<char[]> data;
+      int64_t size = 0;
+    };
+    thread_local Buffer buffer;
+    if (buffer.size < bytes + 64) {
+      buffer.data.reset(new char[bytes + 64]);
+      buffer.size = bytes + 64;
+    }
+    const uintptr_t p = reinterpret_cast<uintptr_t>(buffer.data.get());
+    return reinterpret_cast<char*>((p + 63) & ~uintptr_t{63});
+  }
+
+  // Runs a program; false (nothing published) if an input is not what it was built for or an
+  // index is out of range (Note [Straight-line programs]).
+  static bool RunProgram(const ProgramStep& p, std::vector<c10::IValue>& slots) {
+    absl::InlinedVector<const void*, 8> in_ptrs;
+    for (const ProgramInput& in : p.inputs) {
+      const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
+      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || !t.sizes().equals(in.sizes) ||
+          !t.strides().equals(in.strides)) {
+        return false;
+      }
+      if (t.requires_grad() && !p.history_free && c10::GradMode::is_enabled()) return false;
+      in_ptrs.push_back(t.numel() > 0 ? t.data_ptr() : nullptr);
+    }
+    absl::InlinedVector<at::Tensor, 4> outs;
+    absl::InlinedVector<void*, 4> out_ptrs;
+    for (size_t j = 0; j < p.output_sizes.size(); ++j) {
+      outs.push_back(codegen::EmptyOutput(p.output_sizes[j], p.output_dtypes[j]));
+      out_ptrs.push_back(outs.back().data_ptr());
+    }
+    // A program runs on one thread (its arrays are small); scratch is this thread's.
+    char* scratch = p.scratch_bytes > 0 ? ProgramScratch(p.scratch_bytes) : nullptr;
+    if (p.fn(in_ptrs.data(), out_ptrs.data(), scratch) != 0) return false;
+    for (const auto& [slot, out] : p.results) slots[slot] = outs[out];
+    return true;
+  }
+
   // Runs one region's kernel; false (before any effect) if the inputs break its assumptions.
   static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
     absl::InlinedVector<const at::Tensor*, 8> ins;
@@ -392,6 +499,7 @@ class CppArtifact final : public CodegenArtifact {
   std::vector<std::pair<int, int>> inputs_;  // (argument, slot)
   std::vector<OpStep> ops_;                  // one per node, by node index
   std::vector<KernelStep> kernels_;
+  std::vector<ProgramStep> programs_;
   std::vector<Step> steps_;
   std::vector<std::pair<int, at::Tensor>> outputs_;  // slot, or -1 and a constant / undefined
 };
@@ -407,17 +515,19 @@ class CppBackend final : public Backend {
     for (const tracer::Node& n : graph->nodes) {
       if (!n.handle) return absl::InternalError(absl::StrCat("node %", n.index, " has no operator"));
     }
-    codegen::PointwisePlan plan = codegen::PlanPointwise(*graph, context.symbolic_shape);
-    if (plan.regions.empty()) {
+    codegen::PointwisePlan plan =
+        codegen::PlanPointwise(*graph, context.symbolic_shape, codegen::HistoryFreeNodes(*graph));
+    if (plan.regions.empty() && plan.programs.empty()) {
       // Nothing to fuse: the replay artifact is the same computation with less bookkeeping (and a
       // fast path for graphs that only return their arguments).
       std::unique_ptr<Backend> replay = MakeBackend("aten");
       if (replay != nullptr) return replay->Compile(std::move(graph), context);
     }
     std::shared_ptr<const codegen::KernelLibrary> library;
-    if (!plan.regions.empty()) {
+    if (!plan.regions.empty() || !plan.programs.empty()) {
       std::vector<std::string> kernels;
       for (const codegen::PointwiseRegion& r : plan.regions) kernels.push_back(r.function);
+      for (const codegen::ProgramRegion& p : plan.programs) kernels.push_back(p.function);
       ASSIGN_OR_RETURN(library, codegen::LoadKernels(plan.source, kernels));
     }
     return std::unique_ptr<Artifact>(new CppArtifact(std::move(graph), std::move(plan), std::move(library)));

@@ -48,6 +48,7 @@ struct CodegenInfo {
   std::string origin;
   std::string source;
   int regions = 0;
+  std::vector<std::string> programs;  // "%a..%b" per straight-line program
 };
 
 CodegenInfo CodegenInfoOf(const CacheEntry& e) {
@@ -56,7 +57,11 @@ CodegenInfo CodegenInfoOf(const CacheEntry& e) {
     info.library = c->library_path();
     info.origin = c->kernel_origin();
     info.source = c->source();
-    info.regions = static_cast<int>(c->fused_regions().size());
+    const auto regions = c->fused_regions();
+    info.regions = static_cast<int>(regions.size());
+    for (size_t r = regions.size() - std::min<size_t>(regions.size(), c->programs()); r < regions.size(); ++r) {
+      info.programs.push_back(absl::StrCat("%", regions[r].front(), "..%", regions[r].back()));
+    }
   }
   return info;
 }
@@ -86,7 +91,12 @@ std::string CompiledFunction::explain() const {
     if (!note.empty()) absl::StrAppend(&out, "  note: ", note, "\n");
     const CodegenInfo code = CodegenInfoOf(*e);
     if (!code.library.empty()) {
-      absl::StrAppend(&out, "  kernels: ", code.regions, " fused region", code.regions == 1 ? "" : "s",
+      const std::string programs =
+          code.programs.empty() ? ""
+                                : absl::StrCat(" (", code.programs.size(), " straight-line program",
+                                               code.programs.size() == 1 ? "" : "s", ": ",
+                                               absl::StrJoin(code.programs, ", "), ")");
+      absl::StrAppend(&out, "  kernels: ", code.regions, " fused region", code.regions == 1 ? "" : "s", programs,
                       " in ", code.library, " (", code.origin,
                       "; source beside it; WARDEN_LOGS=output_code prints it)\n");
     }
@@ -169,6 +179,7 @@ std::string CompiledFunction::explain_json() const {
                        {"kernel_library", CodegenInfoOf(*e).library},
                        {"kernel_origin", CodegenInfoOf(*e).origin},
                        {"fused_regions", CodegenInfoOf(*e).regions},
+                       {"programs", CodegenInfoOf(*e).programs},
                        {"generated_source", CodegenInfoOf(*e).source},
                        {"created_at_call", e->created_at_call},
                        {"hits", e->hits.load()},

@@ -421,7 +421,9 @@ TEST(CppBackend, MixedGraphMatmulChainSoftmax) {
     at::Tensor s = torch::softmax(y, -1);
     return {s, torch::matmul(s, w.t()) * 3 - 1};
   };
-  const at::Tensor x = torch::randn({8, 32}), w = torch::randn({32, 16}), b = torch::randn({8, 16});
+  // Matmuls of more multiply-adds than a straight-line program takes (kMaxProgramMacs): ATen calls
+  // between the regions (small ones are tests/runtime/program_test.cc's).
+  const at::Tensor x = torch::randn({64, 128}), w = torch::randn({128, 64}), b = torch::randn({64, 64});
   CompiledFunction f = compile(fn, Cpp());
   ExpectAllMatch(CallCached(f, {x, w, b}), fn({x, w, b}));
   EXPECT_EQ(EntryBackend(f), kBackend);
