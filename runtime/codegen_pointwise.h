@@ -155,7 +155,8 @@ bool StillInlinable(const InlinedConstant& c, const at::Tensor& t);
 // alias exactly as in eager), *_like / zeros / ones / full / empty, fill_ / zero_ / copy_, clone,
 // _to_copy / to.dtype / contiguous, sum / mean (all or some dims), index_select, index_add,
 // select_scatter, slice_scatter, and the layers of small models in eval mode: mm / addmm / bmm /
-// matmul (2-D or batched, up to kMaxProgramMacs multiply-adds, accumulated in double), embedding,
+// matmul (2-D or batched, up to 16K multiply-adds: above that a real BLAS is faster; accumulated
+// in the dtype over vector lanes), embedding,
 // batch_norm with running statistics and training=false (ATen's alpha/beta form), dropout with
 // train=false, softmax / log_softmax over one dim, layer_norm over the last dim.
 // Consecutive elementwise nodes of one shape share one loop (values used only there stay in

@@ -42,8 +42,10 @@ enum class Op : uint8_t {
   kLayerNorm,      // layer_norm over the last dim
 };
 
-// Multiply-adds a program's matmul may do: beyond that a BLAS call is the better plan.
-constexpr int64_t kMaxProgramMacs = int64_t{1} << 18;
+// Multiply-adds a program's matmul may do. A real BLAS (LibTorch 2.x's bundled one) runs a
+// [8, 256] x [256, 64] product (131K) in a few us, 2-5x faster than this loop; up to 16K the
+// ATen call's own overhead (~2 us) is most of its time (measured: bench/models_bench on 2.13).
+constexpr int64_t kMaxProgramMacs = int64_t{1} << 14;
 
 struct Classified {
   Op op = Op::kElementwise;
@@ -796,12 +798,12 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
         Loc av = a, bv = b;
         av.sizes[ra - 1] = 1;
         bv.sizes[rb - 2] = 1;
-        std::string body = absl::StrCat("    double acc = 0;\n#pragma omp simd reduction(+:acc)\n",
-                                        "    for (int64_t k = 0; k < ", k, "; ++k) {\n", "      acc += static_cast<double>(",
-                                        Ptr(a), "[", Index(av, rank), " + k * ", a.strides[ra - 1],
-                                        "]) * static_cast<double>(", Ptr(b), "[", Index(bv, rank), " + k * ",
-                                        b.strides[rb - 2], "]);\n    }\n");
-        std::string value = absl::StrCat("static_cast<", t, ">(acc)");
+        // In the dtype, as BLAS accumulates, over vector lanes (another order than BLAS's).
+        std::string body = absl::StrCat("    ", t, " acc = 0;\n#pragma omp simd reduction(+:acc)\n",
+                                        "    for (int64_t k = 0; k < ", k, "; ++k) {\n", "      acc += ",
+                                        Ptr(a), "[", Index(av, rank), " + k * ", a.strides[ra - 1], "] * ", Ptr(b), "[",
+                                        Index(bv, rank), " + k * ", b.strides[rb - 2], "];\n    }\n");
+        std::string value = "acc";
         if (addmm) {
           std::string beta, alpha;
           double beta_v = 1, alpha_v = 1;
