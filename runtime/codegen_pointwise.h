@@ -192,6 +192,7 @@ struct ProgramRegion {
   // Values read after the program, each with the output array it is (a base, an in-place result
   // on it or its detach).
   std::vector<std::pair<tracer::ValueId, int>> results;
+  std::vector<int> output_writes;  // per output: in-place writes to it (its version counter's bumps)
   int64_t scratch_bytes = 0;
   std::string function;  // "warden_program_<index>"
 };

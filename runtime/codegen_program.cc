@@ -101,6 +101,11 @@ const std::set<std::string>& ViewOps() {
   return *ops;
 }
 
+// View ops that return their self tensor itself (when the tracer records them as a view).
+bool ReturnsSelf(const std::string& op) {
+  return op == "aten::contiguous" || op == "aten::to.dtype" || op == "aten::dropout";
+}
+
 // Conversions _to_copy may make: exact or as ATen's static_cast (no float -> integer or bool).
 bool Convertible(ScalarType from, ScalarType to) {
   if (from == to || from == ScalarType::Bool) return true;
@@ -206,7 +211,8 @@ std::string Blocker(const Graph& g, const Node& n, const std::vector<bool>& symb
       std::string text;
       double alpha;
       if (!ScalarLiteralOf(Arg(n, 4), m.dtype, &text, &alpha)) return "alpha";
-      if (g.value(n.args[3].value).meta.dtype != m.dtype) return "source dtype";
+      const TensorMeta& source = g.value(n.args[3].value).meta;
+      if (source.dtype != m.dtype || source.sizes.size() != m.sizes.size()) return "source dtype or rank";
     }
     c->op = n.op == "aten::index_select" ? Op::kIndexSelect : Op::kIndexAdd;
     return "";
@@ -247,8 +253,13 @@ std::string Blocker(const Graph& g, const Node& n, const std::vector<bool>& symb
       return "batch_norm in training or without running statistics";
     }
     for (int a = 1; a <= 4; ++a) {
-      if (n.args[a].kind == NodeArg::Kind::kValue && g.value(n.args[a].value).meta.dtype != m.dtype) return "batch_norm dtype";
+      if (n.args[a].kind != NodeArg::Kind::kValue) continue;
+      const TensorMeta& p = g.value(n.args[a].value).meta;
+      if (p.dtype != m.dtype || p.sizes != std::vector<int64_t>{m.sizes[1]}) return "batch_norm parameters";
     }
+    std::string eps;
+    double eps_v;
+    if (!ScalarLiteralOf(Arg(n, 7), m.dtype, &eps, &eps_v)) return "batch_norm eps";
     c->op = Op::kBatchNorm;
     return "";
   }
@@ -274,8 +285,13 @@ std::string Blocker(const Graph& g, const Node& n, const std::vector<bool>& symb
       return "layer_norm shape";
     }
     for (int a = 2; a <= 3; ++a) {
-      if (n.args[a].kind == NodeArg::Kind::kValue && g.value(n.args[a].value).meta.dtype != m.dtype) return "layer_norm dtype";
+      if (n.args[a].kind != NodeArg::Kind::kValue) continue;
+      const TensorMeta& p = g.value(n.args[a].value).meta;
+      if (p.dtype != m.dtype || p.sizes != shape) return "layer_norm parameters";
     }
+    std::string eps;
+    double eps_v;
+    if (!ScalarLiteralOf(Arg(n, 4), m.dtype, &eps, &eps_v)) return "layer_norm eps";
     c->op = Op::kLayerNorm;
     return "";
   }
@@ -291,6 +307,11 @@ std::string Blocker(const Graph& g, const Node& n, const std::vector<bool>& symb
   if (!why.empty()) return why;
   if (n.mutates) {
     if (self == tracer::kNoValue || ov.alias_of != self) return "in-place result";
+    // ATen computes an in-place op in the operands' common dtype, then rounds to self's; the
+    // program computes in self's: only the same dtype everywhere is exact.
+    for (ValueId v : tracer::InputValues(n)) {
+      if (g.value(v).meta.dtype != m.dtype) return "in-place op with operands of another dtype";
+    }
     c->op = Op::kInPlace;
   } else {
     if (ov.alias_of != tracer::kNoValue) return "result is a view";
@@ -400,25 +421,8 @@ Sim Simulate(const Graph& g, int first, int last, const std::vector<Classified>&
       s.loc[out] = l;
     }
   }
-  // Values read after the program: whole arrays it made (Note [Straight-line programs]).
-  std::map<ValueId, std::vector<ValueId>> by_base;
-  for (int i = first; i <= last; ++i) {
-    const ValueId out = g.nodes[i].returns[0].values[0];
-    if (!Escapes(out, last, last_user, returned)) continue;
-    const Loc& l = s.loc.at(out);
-    const bool whole = l.base != tracer::kNoValue && l.offset == 0 && l.sizes == g.value(l.base).meta.sizes &&
-                       l.strides == ContiguousStrides(l.sizes);
-    const std::string& op = g.nodes[i].op;
-    const bool identity = cls[i].op != Op::kView || op == "aten::detach" || op == "aten::alias";
-    if (!whole || !identity) {
-      s.block.insert(i);
-      continue;
-    }
-    by_base[l.base].push_back(out);
-  }
-  // requires_grad_ changes its self's TensorImpl (not the storage): fine on a tensor the program
-  // made that nobody sees after it; not on a value from before it, or on one (or an in-place
-  // result on it: the same tensor) read after it.
+  // Which values are one TensorImpl: an in-place result, requires_grad_'s, and a view that
+  // returns self (contiguous, to(same dtype), eval dropout) are their self's tensor.
   std::map<ValueId, ValueId> impl;  // value -> the value whose TensorImpl it is
   auto impl_of = [&](ValueId v) {
     auto it = impl.find(v);
@@ -427,9 +431,38 @@ Sim Simulate(const Graph& g, int first, int last, const std::vector<Classified>&
   for (int i = first; i <= last; ++i) {
     const Node& n = g.nodes[i];
     const bool same_impl = cls[i].op == Op::kInPlace || cls[i].op == Op::kFill || cls[i].op == Op::kCopyInPlace ||
-                           n.op == "aten::requires_grad_";
+                           n.op == "aten::requires_grad_" || (cls[i].op == Op::kView && ReturnsSelf(n.op));
     if (same_impl) impl[n.returns[0].values[0]] = impl_of(n.args[0].value);
   }
+  // Values read after the program: whole arrays it made (Note [Straight-line programs]), through
+  // one TensorImpl per array: the array's own (its base value, in-place results on it) or a single
+  // detach/alias of it. The array is handed out as that tensor, which requires no grad.
+  std::map<ValueId, std::set<ValueId>> impls_of_base;
+  for (int i = first; i <= last; ++i) {
+    const ValueId out = g.nodes[i].returns[0].values[0];
+    if (!Escapes(out, last, last_user, returned)) continue;
+    const Loc& l = s.loc.at(out);
+    const bool whole = l.base != tracer::kNoValue && l.offset == 0 && l.sizes == g.value(l.base).meta.sizes &&
+                       l.strides == ContiguousStrides(l.sizes);
+    const ValueId root = impl_of(out);
+    const Value& rv = g.value(root);
+    const bool identity = root == l.base || (rv.kind == tracer::ValueKind::kNode && rv.node >= first &&
+                                             (g.nodes[rv.node].op == "aten::detach" || g.nodes[rv.node].op == "aten::alias"));
+    if (!whole || !identity || (returned[out] && g.value(out).meta.requires_grad)) {
+      s.block.insert(i);
+      continue;
+    }
+    impls_of_base[l.base].insert(root);
+  }
+  for (const auto& [base, roots] : impls_of_base) {
+    if (roots.size() < 2) continue;
+    for (ValueId r : roots) {
+      if (r != base) s.block.insert(g.value(r).node);  // a detach beside the array's own tensor
+    }
+  }
+  // requires_grad_ changes its self's TensorImpl (not the storage): fine on a tensor the program
+  // made that nobody sees after it; not on a value from before it, or on one (or the same tensor
+  // under another value) read after it.
   for (int i = first; i <= last; ++i) {
     const Node& n = g.nodes[i];
     if (n.op != "aten::requires_grad_") continue;
@@ -441,12 +474,6 @@ Sim Simulate(const Graph& g, int first, int last, const std::vector<Classified>&
       seen = impl_of(out) == root && Escapes(out, last, last_user, returned);
     }
     if (seen) s.block.insert(i);
-  }
-  for (const auto& [base, values] : by_base) {
-    if (values.size() < 2) continue;
-    for (ValueId v : values) {
-      if (cls[g.value(v).node].op == Op::kView) s.block.insert(g.value(v).node);  // a detach beside others
-    }
   }
   return s;
 }
@@ -487,6 +514,14 @@ std::string IndexWith(const Loc& l, size_t rank, int64_t d, const std::string& v
   std::string s = Index(other, rank);
   if (l.strides[d] != 0) absl::StrAppend(&s, " + (", var, ") * ", l.strides[d]);
   return s;
+}
+
+// Every element of the index array `idx` checked against [0, size) before anything reads through
+// it: ATen checks them all, even when the result is empty.
+std::string BoundsCheck(const Loc& idx, int64_t size) {
+  const size_t rank = idx.sizes.size();
+  return Nest(idx.sizes, absl::StrCat("    const int64_t ix = ", At(idx, rank), ";\n    if (ix < 0 || ix >= ", size,
+                                      ") return 1;\n"), "");
 }
 
 std::string Cast(ScalarType to, ScalarType from, const std::string& x) {
@@ -572,6 +607,12 @@ std::vector<ProgramRegion> PlanPrograms(const Graph& g, const std::vector<bool>&
       auto [it, added] = out_index.emplace(base, static_cast<int>(p.outputs.size()));
       if (added) p.outputs.push_back(base);
       p.results.push_back({out, it->second});
+    }
+    p.output_writes.assign(p.outputs.size(), 0);
+    for (int i = first; i <= last; ++i) {
+      if (cls[i].op != Op::kInPlace && cls[i].op != Op::kFill && cls[i].op != Op::kCopyInPlace) continue;
+      auto it = out_index.find(s.loc.at(g.nodes[i].args[0].value).base);
+      if (it != out_index.end()) ++p.output_writes[it->second];
     }
     // Scratch: every other array the program made that is read outside the loop making it.
     for (int i = first; i <= last; ++i) {
@@ -734,24 +775,34 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
             }
           }
         }
-        const bool all = std::all_of(reduced.begin(), reduced.end(), [](bool b) { return b; });
         const std::string finish =
             mean ? absl::StrCat("static_cast<", t, ">(acc) / ", LiteralOf(static_cast<double>(count), m.dtype))
                  : absl::StrCat("static_cast<", t, ">(acc)");
-        absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n");
-        if (all) {
-          absl::StrAppend(&src, "  {\n  ", acc, " acc = 0;\n",
-                          Nest(l.sizes, absl::StrCat("    acc += ", At(l, in_rank), ";\n"), " reduction(+:acc)"),
-                          "  b", result.base, "[0] = ", finish, ";\n  }\n");
-        } else {
-          // Accumulate in the result's dtype in place, then scale for a mean.
-          absl::StrAppend(&src, Nest(m.sizes, absl::StrCat("    ", At(result, rank), " = 0;\n"), " "));
-          absl::StrAppend(&src, Nest(l.sizes, absl::StrCat("    ", At(target, in_rank), " += ", At(l, in_rank), ";\n"), ""));
-          if (mean) {
-            absl::StrAppend(&src, Nest(m.sizes, absl::StrCat("    ", At(result, rank), " /= ",
-                                                            LiteralOf(static_cast<double>(count), m.dtype), ";\n"), " "));
+        // Loops over the kept dims outside, one accumulator (double for floating dtypes) per
+        // result element, the reduced dims inside (the innermost over vector lanes).
+        std::string code = absl::StrCat("  // %", i, " = ", n.op, "\n  {\n");
+        int open = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 1) absl::StrAppend(&code, "  ", acc, " acc = 0;\n");
+          std::vector<int64_t> dims;
+          for (int64_t d = 0; d < in_rank; ++d) {
+            if (reduced[d] == (pass == 1)) dims.push_back(d);
+          }
+          for (size_t j = 0; j < dims.size(); ++j) {
+            if (pass == 1 && j + 1 == dims.size()) absl::StrAppend(&code, "#pragma omp simd reduction(+:acc)\n");
+            absl::StrAppend(&code, "  for (int64_t i", dims[j], " = 0; i", dims[j], " < ", l.sizes[dims[j]], "; ++i",
+                            dims[j], ") {\n");
+          }
+          if (pass == 1) {
+            absl::StrAppend(&code, "    acc += ", At(l, in_rank), ";\n");
+            for (size_t j = 0; j < dims.size(); ++j) absl::StrAppend(&code, "  }\n");
+            absl::StrAppend(&code, "  ", Ptr(result), "[", Index(target, in_rank), "] = ", finish, ";\n");
+          } else {
+            open = static_cast<int>(dims.size());
           }
         }
+        for (int j = 0; j < open; ++j) absl::StrAppend(&code, "  }\n");
+        absl::StrAppend(&src, code, "  }\n");
         break;
       }
       case Op::kIndexSelect: {
@@ -759,10 +810,9 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
         const Loc& index = s.loc.at(n.args[2].value);
         const int64_t d = WrapDim(Arg(n, 1).toInt(), static_cast<int64_t>(self.sizes.size()));
         const std::string ix = index.sizes.empty() ? Index(index, 0) : absl::StrCat(index.offset, " + i", d, " * ", index.strides[0]);
-        std::string body = absl::StrCat("    const int64_t ix = ", Ptr(index), "[", ix, "];\n",
-                                        "    if (ix < 0 || ix >= ", self.sizes[d], ") return 1;\n");
+        std::string body = absl::StrCat("    const int64_t ix = ", Ptr(index), "[", ix, "];\n");
         absl::StrAppend(&body, "    ", At(result, rank), " = ", Ptr(self), "[", IndexWith(self, rank, d, "ix"), "];\n");
-        absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n", Nest(m.sizes, body, ""));
+        absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n", BoundsCheck(index, self.sizes[d]), Nest(m.sizes, body, ""));
         break;
       }
       case Op::kIndexAdd: {
@@ -773,14 +823,13 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
         std::string alpha;
         double alpha_value = 1;
         ScalarLiteralOf(Arg(n, 4), m.dtype, &alpha, &alpha_value);
-        absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n",
+        absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n", BoundsCheck(index, m.sizes[d]),
                         Nest(m.sizes, absl::StrCat("    ", At(result, rank), " = ", At(self, rank), ";\n"), " "));
         // Over the source's positions: index entry i<d> names the row of the result it adds to.
         const std::string ix = index.sizes.empty() ? Index(index, 0) : absl::StrCat(index.offset, " + i", d, " * ", index.strides[0]);
         Loc dst = result;
         dst.sizes = source.sizes;
-        std::string body = absl::StrCat("    const int64_t ix = ", Ptr(index), "[", ix, "];\n",
-                                        "    if (ix < 0 || ix >= ", m.sizes[d], ") return 1;\n");
+        std::string body = absl::StrCat("    const int64_t ix = ", Ptr(index), "[", ix, "];\n");
         const std::string x = At(source, rank);
         absl::StrAppend(&body, "    ", Ptr(result), "[", IndexWith(dst, rank, d, "ix"), "] += ",
                         alpha_value == 1 ? x : absl::StrCat(alpha, " * ", x), ";\n");
@@ -848,11 +897,12 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
       }
       case Op::kEmbedding: {
         const Loc& w = s.loc.at(n.args[0].value);
-        Loc idx = s.loc.at(n.args[1].value);
+        const Loc& indices = s.loc.at(n.args[1].value);
+        Loc idx = indices;
         idx.sizes.push_back(1);  // the embedding dim
         idx.strides.push_back(0);
-        std::string body = absl::StrCat("    const int64_t ix = ", At(idx, rank), ";\n",
-                                        "    if (ix < 0 || ix >= ", w.sizes[0], ") return 1;\n");
+        absl::StrAppend(&src, BoundsCheck(indices, w.sizes[0]));
+        std::string body = absl::StrCat("    const int64_t ix = ", At(idx, rank), ";\n");
         absl::StrAppend(&body, "    ", At(result, rank), " = ", Ptr(w), "[", w.offset, " + ix * ", w.strides[0],
                         " + i", rank - 1, " * ", w.strides[1], "];\n");
         absl::StrAppend(&src, "  // %", i, " = ", n.op, "\n", Nest(m.sizes, body, ""));

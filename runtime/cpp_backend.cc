@@ -100,6 +100,7 @@ struct ProgramStep {
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<at::ScalarType> output_dtypes;
   std::vector<std::pair<int, int>> results;  // (slot, output index)
+  std::vector<int> output_writes;            // per output: in-place writes (version bumps)
   int64_t scratch_bytes = 0;
   int first_op = 0, end_op = 0;
   bool history_free = false;
@@ -144,6 +145,7 @@ class CppArtifact final : public CodegenArtifact {
           ps.output_dtypes.push_back(g.value(id).meta.dtype);
         }
         for (const auto& [id, out] : p.results) ps.results.push_back({slots.Slot(id), out});
+        ps.output_writes = p.output_writes;
         ps.scratch_bytes = p.scratch_bytes;
         ps.first_op = p.nodes.front();
         ps.end_op = p.nodes.back() + 1;
@@ -430,6 +432,10 @@ class CppArtifact final : public CodegenArtifact {
     // A program runs on one thread (its arrays are small); scratch is this thread's.
     char* scratch = p.scratch_bytes > 0 ? ProgramScratch(p.scratch_bytes) : nullptr;
     if (p.fn(in_ptrs.data(), out_ptrs.data(), scratch) != 0) return false;
+    // Eager's in-place writes bumped these tensors' version counters.
+    for (size_t j = 0; j < outs.size(); ++j) {
+      for (int w = 0; w < p.output_writes[j]; ++w) outs[j].unsafeGetTensorImpl()->bump_version();
+    }
     for (const auto& [slot, out] : p.results) slots[slot] = outs[out];
     return true;
   }

@@ -385,5 +385,125 @@ TEST(Programs, ConcurrentCallers) {
   EXPECT_EQ(f.stats().compiles, 1);
 }
 
+
+// The error eager raises for `fn(args)`, or "" (compiled: `f(args)`).
+template <typename F>
+std::string ErrorOf(F&& call) {
+  try {
+    call();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+// requires_grad_ through a view that returns its self (contiguous) changes that tensor, here an
+// argument: it stays an ATen call, so the argument requires grad afterwards, as in eager.
+TEST(Programs, RequiresGradThroughContiguousReachesTheArgument) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), w = a[1].toTensor(), idx = a[2].toTensor();
+    x.contiguous().requires_grad_(true);
+    return {w.index_select(0, idx).mul(2) + w.sum()};
+  };
+  CompiledFunction f = compile(fn, Cpp("rg_contiguous"));
+  const at::Tensor w = torch::randn({5, 3}), idx = torch::tensor({4, 0}, torch::kLong);
+  for (int c = 0; c < 3; ++c) {
+    const at::Tensor xa = torch::randn({4}), xb = xa.clone();
+    ExpectSame(f({xa, w, idx}), fn({xb, w, idx}), 1e-6);
+    EXPECT_EQ(xa.requires_grad(), xb.requires_grad());
+  }
+}
+
+// An in-place result on a detach of an array, returned beside the array: two tensors sharing
+// storage in eager, two here.
+TEST(Programs, InPlaceOnADetachIsItsOwnTensor) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), idx = a[1].toTensor();
+    const at::Tensor b = x.index_select(0, idx) + 1;
+    const at::Tensor w = b.detach().mul_(2);
+    return {b, w};
+  };
+  CompiledFunction f = compile(fn, Cpp("detach_inplace"));
+  const at::Tensor idx = torch::tensor({2, 0, 2}, torch::kLong);
+  for (int c = 0; c < 3; ++c) {
+    const at::Tensor x = torch::randn({4, 2});
+    const Outputs got = f({x, idx}), want = fn({x, idx});
+    ExpectSame(got, want, 1e-6);
+    EXPECT_EQ(got[0].is_same(got[1]), want[0].is_same(want[1]));
+    EXPECT_EQ(got[0].data_ptr() == got[1].data_ptr(), want[0].data_ptr() == want[1].data_ptr());
+    EXPECT_EQ(got[1]._version(), want[1]._version());
+  }
+}
+
+// Every index is checked as ATen checks it, even when the gathered result is empty.
+TEST(Programs, IndexCheckedWhenTheResultIsEmpty) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), idx = a[1].toTensor();
+    return {x.index_select(0, idx).add(1), x.sum() * 2};
+  };
+  CompiledFunction f = compile(fn, Cpp("empty_gather"));
+  const at::Tensor x = torch::randn({5, 0});
+  const at::Tensor good = torch::tensor({4, 0, 0}, torch::kLong), bad = torch::tensor({7, 0, 0}, torch::kLong);
+  ExpectSame(f({x, good}), fn({x, good}));
+  ExpectSame(f({x, good}), fn({x, good}));
+  const std::string eager = ErrorOf([&] { fn({x, bad}); });
+  EXPECT_FALSE(eager.empty());
+  EXPECT_EQ(ErrorOf([&] { f({x, bad}); }), eager);
+}
+
+// Sums over some dims of float32 accumulate in double: within ATen's own rounding of a long row.
+TEST(Programs, PartialFloatSumsAreAccurate) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), idx = a[1].toTensor();
+    const at::Tensor g = x.index_select(0, idx);
+    return {g.sum(1), g.mean(1, true), g.sum(0)};
+  };
+  CompiledFunction f = compile(fn, Cpp("long_rows"));
+  const at::Tensor idx = torch::tensor({1, 0}, torch::kLong);
+  for (int c = 0; c < 3; ++c) {
+    const at::Tensor x = torch::full({2, 16384}, 0.1f) + 0.01f * c;
+    ExpectProgramMatches(f, fn, [&](int) { return Args{x, idx}; }, 1, 1e-6);
+  }
+}
+
+// index_add with a 0-dim source (ATen takes it for a 1-D self) is not a program, and still
+// equals eager.
+TEST(Programs, IndexAddOfAZeroDimSource) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), i = a[1].toTensor(), v = a[2].toTensor();
+    return {x.index_add(0, i, v).mul(2) + x.select(0, 1)};
+  };
+  CompiledFunction f = compile(fn, Cpp("index_add_0d"));
+  const at::Tensor x = torch::randn({5}), i = torch::tensor({3}, torch::kLong), v = torch::tensor(2.5f);
+  if (!ErrorOf([&] { fn({x, i, v}); }).empty()) GTEST_SKIP() << "this LibTorch refuses a 0-dim source";
+  for (int c = 0; c < 3; ++c) ExpectSame(f({x, i, v}), fn({x, i, v}), 1e-6);
+}
+
+// batch_norm with statistics that are not 1-D [C]: whatever ATen does with them, the compiled
+// function does the same.
+TEST(Programs, BatchNormStatisticsOfAnotherShape) {
+  ScopedCacheDir dir;
+  const at::Tensor w = torch::rand({3}) + 0.5, b = torch::randn({3});
+  const at::Tensor rm = torch::randn({3, 1}), rv = torch::rand({3, 1}) + 0.5;
+  auto fn = [&](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor();
+    return {torch::relu(at::batch_norm(x * 2, w, b, rm, rv, false, 0.1, 1e-5, false)).sum(0)};
+  };
+  torch::NoGradGuard no_grad;
+  CompiledFunction f = compile(fn, Cpp("bn_shapes"));
+  const at::Tensor x = torch::randn({4, 3, 2, 2});
+  const std::string eager = ErrorOf([&] { fn({x}); });
+  if (!eager.empty()) {
+    EXPECT_EQ(ErrorOf([&] { f({x}); }), eager);
+    return;
+  }
+  for (int c = 0; c < 3; ++c) ExpectSame(f({x}), fn({x}), 1e-5);
+}
+
 }  // namespace
 }  // namespace warden
