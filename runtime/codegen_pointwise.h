@@ -167,21 +167,28 @@ bool StillInlinable(const InlinedConstant& c, const at::Tensor& t);
 //   - a node whose result requires grad must be history-free (Note [History-free nodes]), unless
 //     the entry runs with grad mode off (a view of a parameter still says requires_grad);
 //   - nothing from before the program is written (in-place ops write only arrays the program
-//     made), and an in-place op reads no other view of what it writes;
-//   - a value read after the program (or returned) is an array the program made, whole: the base
-//     result itself, an in-place result on it, or a detach/alias of it that is the only value of
-//     that array read after; these arrays are the program's outputs (fresh contiguous tensors of
-//     the traced sizes, as eager's results are); a view read after stays outside (replayed).
+//     made), an in-place op reads no other view of what it writes and no operand of another
+//     dtype (ATen would compute in the common dtype);
+//   - a value read after the program (or returned) is an array the program made, whole, and each
+//     array is read after it through one TensorImpl only: its own (the base result, in-place
+//     results on it) or a single detach/alias of it (and in-place results on that); these arrays
+//     are the program's outputs (fresh contiguous tensors of the traced sizes, as eager's results
+//     are, whose version counters are bumped once per in-place write they took); a view read
+//     after stays outside (replayed on the output);
+//   - requires_grad_ only on a tensor the program made that nobody sees after it (views that
+//     return their self, like contiguous(), count as that self).
 // A node that breaks a condition ends the stretch (planning repeats until stable). A stretch
 // becomes a program if it has a node pointwise regions cannot run (else they take it: they also
 // run large and symbolic shapes, in parallel) and at least two nodes that compute. An in-place op
 // on a broadcast view (stride 0) stays outside, so ATen raises as in eager.
 // Run time: the inputs must have the traced dtype, sizes and strides, plain CPU keys and no
 // autograd unless the program is history-free (as Note [Region run-time check]); intermediate
-// arrays live in a per-thread scratch buffer. An index out of range makes the program return 1
-// before anything outside its own arrays was touched, and its nodes are replayed instead, so ATen
-// raises eager's error. Sums accumulate f32 in double and use vector lanes (`omp simd
-// reduction`), so they are not bit-equal to ATen's cascade sum (within its rounding).
+// arrays live in a per-thread scratch buffer. Every index of a gather or scatter is checked before
+// it is used (all of them, as ATen checks them, even for an empty result); one out of range makes
+// the program return 1 before anything outside its own arrays was touched, and its nodes are
+// replayed instead, so ATen raises eager's error. Sums accumulate in double (int64 for integers)
+// per result element, over vector lanes (`omp simd reduction`): not bit-equal to ATen's cascade
+// sum, within its rounding; matmuls accumulate in the dtype, as BLAS does, in another order.
 constexpr int64_t kMaxProgramElements = 32768;
 constexpr int64_t kMaxProgramScratchBytes = int64_t{8} << 20;
 
