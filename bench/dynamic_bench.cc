@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
       max_len = std::atoll(argv[i] + 10);
     } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       at::set_num_threads(std::atoi(argv[i] + 10));
+      warden::tools::SetBlasThreads(std::atoi(argv[i] + 10));
     } else {
       std::fprintf(stderr, "unknown flag %s (supported: --max_len=N --threads=N)\n", argv[i]);
       return 2;

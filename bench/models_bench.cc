@@ -147,10 +147,11 @@ void RunWarden(benchmark::State& state, const Workload& w, const std::string& ba
 void Summary(const std::vector<Workload>& workloads, int rounds) {
   if (rounds <= 0) return;
   torch::NoGradGuard no_grad;
-  std::printf("\nmodels_bench summary: %s, %d intra-op thread(s), %d alternating rounds per pair, per-call "
+  std::printf("\nmodels_bench summary: %s, BLAS %s, %d intra-op thread(s), %d alternating rounds per pair, per-call "
               "thread CPU us (median; the calling thread does all the work with 1 intra-op thread, and CPU "
               "time is robust to other jobs on the machine), ratio = eager / Warden (> 1: Warden faster)\n\n",
-              warden::tools::LibTorchDescription().c_str(), at::get_num_threads(), rounds);
+              warden::tools::LibTorchDescription().c_str(), warden::tools::BlasDescription().c_str(),
+              at::get_num_threads(), rounds);
   std::printf("| model | batch | aten us (eager us) | aten vs eager | cpp us (eager us) | cpp vs eager |\n"
               "|---|---:|---:|---:|---:|---:|\n");
   std::map<int64_t, std::map<std::string, std::vector<double>>> ratios;  // batch -> backend -> ratios
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   if (!has_min_time) args.push_back(min_time.data());
   int n = static_cast<int>(args.size());
   at::set_num_threads(1);
+  warden::tools::SetBlasThreads(1);
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
   std::fprintf(stderr, "models_bench: %s\n", warden::tools::LibTorchDescription().c_str());

@@ -99,8 +99,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   at::set_num_threads(1);
-  std::printf("models_sweep: %s; batch 1..%lld, %d rounds, eval mode under NoGradGuard, 1 intra-op thread\n",
-              warden::tools::LibTorchDescription().c_str(), static_cast<long long>(max_batch), rounds);
+  warden::tools::SetBlasThreads(1);
+  std::printf("models_sweep: %s, BLAS %s; batch 1..%lld, %d rounds, eval mode under NoGradGuard, 1 intra-op thread\n",
+              warden::tools::LibTorchDescription().c_str(), warden::tools::BlasDescription().c_str(),
+              static_cast<long long>(max_batch), rounds);
   std::printf("| model | C++ reads | backend | mode | compiles | verifications | eager calls | hits | "
               "round 1 ms (eager) | round %d ms (eager) | last round vs eager | minor faults per call, last round (eager) |\n",
               rounds);

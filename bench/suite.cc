@@ -28,10 +28,9 @@
 //
 // Defaults added when not given: --benchmark_min_time=0.1; LibTorch's intra-op threads = 1
 // (--intra_op_threads=N changes it); --sweep_max_len=N (default 512) shortens the sweep.
-// The JSON context gets: blas (the libblas actually loaded, resolved), intra_op_threads,
+// The JSON context gets: libtorch and blas (bench/libtorch_context.cc), intra_op_threads,
 // torch_version, cpu_model, warden_cache_dir.
 #include <dlfcn.h>
-#include <link.h>
 #include <stdlib.h>
 
 #include <cmath>
@@ -54,6 +53,7 @@
 #include "bench/reporting.h"
 #include "bench/workloads.h"
 #include "runtime/warden.h"
+#include "tools/libtorch_info.h"
 
 namespace {
 
@@ -506,32 +506,6 @@ void Register() {
   }
 }
 
-// The libblas.so the process actually loaded (LibTorch links libblas.so.3, which Debian's
-// alternatives point at one implementation), resolved, with a name for the known ones.
-std::string LoadedBlas() {
-  std::string found;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        const char* name = info->dlpi_name;
-        if (name != nullptr && std::strstr(name, "libblas.so") != nullptr) {
-          *static_cast<std::string*>(out) = name;
-          return 1;
-        }
-        return 0;
-      },
-      &found);
-  if (found.empty()) return "no libblas loaded";
-  char resolved[PATH_MAX];
-  const std::string path = realpath(found.c_str(), resolved) != nullptr ? resolved : found;
-  const char* kind = path.find("openblas") != std::string::npos ? "OpenBLAS"
-                     : path.find("blis") != std::string::npos   ? "BLIS"
-                     : path.find("atlas") != std::string::npos  ? "ATLAS"
-                     : path.find("mkl") != std::string::npos    ? "MKL"
-                     : path.find("/blas/") != std::string::npos ? "netlib reference BLAS"
-                                                                : "unknown BLAS";
-  return std::string(kind) + " (" + path + ")";
-}
-
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -550,6 +524,7 @@ int main(int argc, char** argv) {
   const int intra_op = std::atoi(warden::bench::TakeFlag(&argc, argv, "intra_op_threads", "1").c_str());
   g_sweep_max_len = std::max<int64_t>(1, std::atoll(warden::bench::TakeFlag(&argc, argv, "sweep_max_len", "512").c_str()));
   at::set_num_threads(std::max(1, intra_op));
+  warden::tools::SetBlasThreads(std::max(1, intra_op));  // OpenBLAS's own pool too
 
   // Default minimum time per benchmark unless the user chose one.
   std::vector<char*> args(argv, argv + argc);
@@ -563,7 +538,6 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
   const char* cache = std::getenv("WARDEN_CACHE_DIR");
-  benchmark::AddCustomContext("blas", LoadedBlas());
   benchmark::AddCustomContext("intra_op_threads", std::to_string(at::get_num_threads()));
   benchmark::AddCustomContext("torch_version", TORCH_VERSION);
   benchmark::AddCustomContext("cpu_model", CpuModel());

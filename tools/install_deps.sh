@@ -16,6 +16,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev
+  # A real BLAS for LibTorch 1.13: Debian's libtorch links libblas.so.3/liblapack.so.3, which the
+  # alternatives system points at the highest-priority implementation installed; OpenBLAS (100)
+  # outranks the netlib reference BLAS (10), so eager's matmul is what a Debian user has. Tests
+  # run it single-threaded (.bazelrc: OPENBLAS_NUM_THREADS=1), benchmarks pin it to their
+  # intra-op thread count (bench/reporting.h).
+  libopenblas0-pthread
   # The CMake package (tools/package.sh) and its example host (examples/cmake_host).
   cmake make
   # SHA-256 of cached kernel libraries (runtime/private_files.cc) and HMAC-SHA256 of shared entries.
