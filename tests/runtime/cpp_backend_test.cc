@@ -436,6 +436,41 @@ TEST(CppBackend, MixedGraphMatmulChainSoftmax) {
   EXPECT_THAT(source, Not(HasSubstr("matmul")));
 }
 
+// Note [Lone softmax]: a softmax with nothing fused around it is an ATen call above 64 elements
+// (ATen's kernel is faster than the generated one), a kernel at or below; fused with its
+// neighbours it stays a kernel at any size. Note [Short rows]: row kernels over rows that are not
+// a multiple of 16 lanes are marked 8-wide, others are not.
+TEST(CppBackend, LoneSoftmaxStaysATenAboveTheLimitShortRowsRunEightWide) {
+  ScopedCacheDir dir;
+  auto lone = [](const Args& a) -> std::vector<at::Tensor> { return {torch::log_softmax(a[0].toTensor(), -1)}; };
+  auto fused = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::log_softmax(a[0].toTensor() * 0.5, -1)};
+  };
+  {
+    const at::Tensor x = torch::randn({56, 40});  // 2240 elements
+    CompiledFunction f = compile(lone, Cpp("lone_large"));
+    ExpectAllMatch(CallCached(f, {x}), lone({x}));
+    EXPECT_EQ(FusedRegions(f), 0);
+    CompiledFunction g = compile(fused, Cpp("fused_large"));
+    ExpectAllMatch(CallCached(g, {x}), fused({x}));
+    EXPECT_EQ(FusedRegions(g), 1);
+    EXPECT_THAT(EntrySource(g), HasSubstr("extern \"C\" WARDEN_SHORT_ROWS void warden_kernel_0("));
+  }
+  {
+    const at::Tensor x = torch::randn({1, 40});
+    CompiledFunction f = compile(lone, Cpp("lone_small"));
+    ExpectAllMatch(CallCached(f, {x}), lone({x}));
+    EXPECT_EQ(FusedRegions(f), 1);
+  }
+  {
+    const at::Tensor x = torch::randn({4, 64});  // rows of a multiple of 16: 16-wide
+    CompiledFunction g = compile(fused, Cpp("fused_64"));
+    ExpectAllMatch(CallCached(g, {x}), fused({x}));
+    EXPECT_EQ(FusedRegions(g), 1);
+    EXPECT_THAT(EntrySource(g), HasSubstr("extern \"C\" void warden_kernel_0("));
+  }
+}
+
 TEST(CppBackend, IntermediateAlsoReturned) {
   ScopedCacheDir dir;
   ExpectKernelsRan kernels_ran;
@@ -615,11 +650,11 @@ std::vector<at::Tensor> Reductions(const Args& a) {
   const at::Tensor& xt = a[2].toTensor();   // [R, C], transposed storage
   const at::Tensor h = torch::tanh(x * col + 1);
   return {torch::softmax(h, -1),
-          torch::log_softmax(x * 0.5, 1),
+          torch::log_softmax(x * 0.5, 1) * 2,  // an epilogue: not a lone softmax (Note [Lone softmax])
           h.sum(-1), torch::sum(x - col, {1}, /*keepdim=*/true),
           h.mean(-1), torch::mean(x, {-1}, true),
           torch::amax(h, -1), torch::amax(x, {1}, true),
-          torch::softmax(xt, -1), torch::sum(xt, -1),
+          torch::softmax(xt - 1, -1), torch::sum(xt, -1),  // softmax fused (Note [Lone softmax])
           torch::layer_norm(x * col - 1, {x.size(1)}, a[3].toTensor(), a[4].toTensor()),
           torch::layer_norm(h, {x.size(1)}),
           torch::layer_norm(xt, {x.size(1)}, a[3].toTensor(), {}, 1e-3)};
@@ -836,7 +871,7 @@ TEST(CppBackend, ReductionKernelsRunAnySplitOfTheirLines) {
   const std::vector<tracer::TracedFn> fns = {
       [](const Args& a) -> std::vector<at::Tensor> { return {torch::softmax(a[0].toTensor() * 2, 0) + 1}; },
       [](const Args& a) -> std::vector<at::Tensor> { return {torch::sum(a[0].toTensor(), {1}) * 3}; },
-      [](const Args& a) -> std::vector<at::Tensor> { return {torch::log_softmax(a[0].toTensor(), -1)}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::log_softmax(a[0].toTensor() - 1, -1)}; },
       [](const Args& a) -> std::vector<at::Tensor> { return {torch::amax(a[0].toTensor(), {0}, true)}; },
   };
   const at::Tensor x = torch::randn({40, 7, 33});
