@@ -56,11 +56,55 @@ constexpr int64_t kGrainSize = 32768;
 #error "runtime/cpp_backend.cc must be compiled with -fopenmp for at::parallel_for to split kernels"
 #endif
 
-struct KernelInput {
-  int slot = -1;          // -1: a captured constant
+// Whether a kernel may read `t`'s memory as a dense CPU array: its dispatch keys are a plain CPU
+// tensor's, nothing more. A ZeroTensor (null data), a conjugate- or negative-bit view, a
+// functionalization or Python wrapper, a nested, sparse, quantized or meta tensor all carry a
+// key of their own; one mask refuses them all.
+bool PlainCpuKeys(const at::Tensor& t) {
+  // Raw bits: DispatchKeySet's operator- keeps backend bits, and a Meta or other backend bit
+  // must refuse too.
+  static const uint64_t kPlain = [] {
+    c10::DispatchKeySet plain({c10::DispatchKey::CPU, c10::DispatchKey::ADInplaceOrView,
+                               c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutocastCPU});
+    return plain.raw_repr();
+  }();
+  return (t.key_set().raw_repr() & ~kPlain) == 0;
+}
+
+// An operand of a kernel or a program: a slot or a captured constant, and its traced metadata.
+struct TracedInput {
+  int slot = -1;  // -1: a captured constant
   at::Tensor constant;
   at::ScalarType dtype;
   std::vector<int64_t> sizes, strides;  // traced
+
+  static TracedInput Of(const Graph& g, ValueId id, codegen::SlotMap& slots) {
+    const tracer::TensorMeta& m = g.value(id).meta;
+    TracedInput in;
+    in.slot = slots.Slot(id);
+    if (in.slot < 0) in.constant = g.value(id).constant;
+    in.dtype = m.dtype;
+    in.sizes = m.sizes;
+    in.strides = m.strides;
+    return in;
+  }
+
+  // The operand of this call if a kernel built for the trace can read it: defined, a plain dense
+  // CPU tensor of the traced dtype and rank (with `exact_layout`, the traced sizes and strides),
+  // and not one whose use autograd would record (Note [History-free nodes]: an input that requires
+  // grad is fine where nothing is recorded). Null otherwise.
+  const at::Tensor* Check(const std::vector<c10::IValue>& slots, bool history_free, bool exact_layout) const {
+    const at::Tensor& t = slot >= 0 ? slots[slot].toTensor() : constant;
+    if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != dtype || t.dim() != static_cast<int64_t>(sizes.size())) {
+      return nullptr;
+    }
+    if (t.requires_grad() && !history_free && c10::GradMode::is_enabled()) return nullptr;
+    if (exact_layout && (!t.sizes().equals(sizes) || !t.strides().equals(strides))) return nullptr;
+    return &t;
+  }
+};
+
+struct KernelInput : TracedInput {
   int unsqueeze = -1;                   // codegen::UnsqueezeReduced at this dim, or -1
   codegen::InlinedConstant inlined;     // Note [Inlined constants]
   std::vector<bool> full;               // per region dim (after unsqueeze): traced size is the region's (> 1)
@@ -87,16 +131,9 @@ struct KernelStep {
 };
 
 // Note [Straight-line programs] in codegen_pointwise.h.
-struct ProgramInput {
-  int slot = -1;  // -1: a captured constant
-  at::Tensor constant;
-  at::ScalarType dtype;
-  std::vector<int64_t> sizes, strides;  // traced: required exactly
-};
-
 struct ProgramStep {
   codegen::ProgramFn fn = nullptr;
-  std::vector<ProgramInput> inputs;
+  std::vector<TracedInput> inputs;  // their traced sizes and strides are required exactly
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<at::ScalarType> output_dtypes;
   std::vector<std::pair<int, int>> results;  // (slot, output index)
@@ -130,16 +167,7 @@ class CppArtifact final : public CodegenArtifact {
         const codegen::ProgramRegion& p = plan_.programs[program_at[i]];
         ProgramStep ps;
         ps.fn = reinterpret_cast<codegen::ProgramFn>(library_->Find(p.function));
-        for (ValueId id : p.inputs) {
-          const tracer::TensorMeta& m = g.value(id).meta;
-          ProgramInput in;
-          in.slot = slots.Slot(id);
-          if (in.slot < 0) in.constant = g.value(id).constant;
-          in.dtype = m.dtype;
-          in.sizes = m.sizes;
-          in.strides = m.strides;
-          ps.inputs.push_back(std::move(in));
-        }
+        for (ValueId id : p.inputs) ps.inputs.push_back(TracedInput::Of(g, id, slots));
         for (ValueId id : p.outputs) {
           ps.output_sizes.push_back(g.value(id).meta.sizes);
           ps.output_dtypes.push_back(g.value(id).meta.dtype);
@@ -170,17 +198,11 @@ class CppArtifact final : public CodegenArtifact {
       for (int64_t s : r.sizes) k.numel *= s;
       k.layout = r.layout;
       for (size_t j = 0; j < r.inputs.size(); ++j) {
-        const ValueId id = r.inputs[j];
-        const tracer::TensorMeta& m = g.value(id).meta;
         KernelInput in;
-        in.slot = slots.Slot(id);
-        if (in.slot < 0) in.constant = g.value(id).constant;
-        in.dtype = m.dtype;
-        in.sizes = m.sizes;
-        in.strides = m.strides;
+        static_cast<TracedInput&>(in) = TracedInput::Of(g, r.inputs[j], slots);
         in.unsqueeze = r.input_unsqueeze[j];
         in.inlined = r.input_constant[j];
-        std::vector<int64_t> sizes = m.sizes, strides = m.strides;
+        std::vector<int64_t> sizes = in.sizes, strides = in.strides;
         if (in.unsqueeze >= 0) {
           codegen::UnsqueezeReduced(r.sizes.size(), in.unsqueeze, r.reduced_count, &sizes, &strides);
         }
@@ -229,7 +251,7 @@ class CppArtifact final : public CodegenArtifact {
       }
       if (steps_[i].kind == Step::kProgram) {
         const ProgramStep& p = programs_[steps_[i].index];
-        for (const ProgramInput& in : p.inputs) uses[i].push_back(in.slot);
+        for (const TracedInput& in : p.inputs) uses[i].push_back(in.slot);
         for (const auto& [slot, out] : p.results) uses[i].push_back(slot);
         for (int op = p.first_op; op < p.end_op; ++op) codegen::AddSlotsOf(ops_[op], &uses[i]);
         continue;
@@ -275,19 +297,11 @@ class CppArtifact final : public CodegenArtifact {
       if (s.kind == Step::kOp) {
         if (!codegen::RunOpStep(ops_[s.index], slots, scratch.stack(), value_guard_failure)) return false;
       } else if (s.kind == Step::kProgram) {
-        if (!RunProgram(programs_[s.index], slots)) {
-          const ProgramStep& p = programs_[s.index];
-          region_fallbacks.fetch_add(1, std::memory_order_relaxed);
-          for (int op = p.first_op; op < p.end_op; ++op) {
-            if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
-          }
-        }
-      } else if (!RunKernel(kernels_[s.index], slots)) {
+        const ProgramStep& p = programs_[s.index];
+        if (!RunProgram(p, slots) && !Replay(p.first_op, p.end_op, slots, scratch, value_guard_failure)) return false;
+      } else {
         const KernelStep& k = kernels_[s.index];
-        region_fallbacks.fetch_add(1, std::memory_order_relaxed);
-        for (int op = k.first_op; op < k.end_op; ++op) {
-          if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
-        }
+        if (!RunKernel(k, slots) && !Replay(k.first_op, k.end_op, slots, scratch, value_guard_failure)) return false;
       }
       for (int slot : releases_[i]) slots[slot] = c10::IValue();
     }
@@ -380,21 +394,6 @@ class CppArtifact final : public CodegenArtifact {
     return n;
   }
 
-  // Whether a kernel may read `t`'s memory as a dense CPU array: its dispatch keys are a plain CPU
-  // tensor's, nothing more. A ZeroTensor (null data), a conjugate- or negative-bit view, a
-  // functionalization or Python wrapper, a nested, sparse, quantized or meta tensor all carry a
-  // key of their own; one mask refuses them all.
-  static bool PlainCpuKeys(const at::Tensor& t) {
-    // Raw bits: DispatchKeySet's operator- keeps backend bits, and a Meta or other backend bit
-    // must refuse too.
-    static const uint64_t kPlain = [] {
-      c10::DispatchKeySet plain({c10::DispatchKey::CPU, c10::DispatchKey::ADInplaceOrView,
-                                 c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutocastCPU});
-      return plain.raw_repr();
-    }();
-    return (t.key_set().raw_repr() & ~kPlain) == 0;
-  }
-
   // This thread's scratch arrays for programs, at least `bytes` long and 64-byte aligned.
   static char* ProgramScratch(int64_t bytes) {
     struct Buffer {
@@ -410,18 +409,25 @@ class CppArtifact final : public CodegenArtifact {
     return reinterpret_cast<char*>((p + 63) & ~uintptr_t{63});
   }
 
+  // A kernel or program that declined this call (its inputs are not what it was built for): its
+  // nodes ops_[first_op, end_op) run as ATen calls instead, counted for CodegenRegionFallbacks().
+  bool Replay(int first_op, int end_op, std::vector<c10::IValue>& slots, codegen::RunScratch& scratch,
+              std::string* value_guard_failure) const {
+    region_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    for (int op = first_op; op < end_op; ++op) {
+      if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
+    }
+    return true;
+  }
+
   // Runs a program; false (nothing published) if an input is not what it was built for or an
   // index is out of range (Note [Straight-line programs]).
   static bool RunProgram(const ProgramStep& p, std::vector<c10::IValue>& slots) {
     absl::InlinedVector<const void*, 8> in_ptrs;
-    for (const ProgramInput& in : p.inputs) {
-      const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || !t.sizes().equals(in.sizes) ||
-          !t.strides().equals(in.strides)) {
-        return false;
-      }
-      if (t.requires_grad() && !p.history_free && c10::GradMode::is_enabled()) return false;
-      in_ptrs.push_back(t.numel() > 0 ? t.data_ptr() : nullptr);
+    for (const TracedInput& in : p.inputs) {
+      const at::Tensor* t = in.Check(slots, p.history_free, /*exact_layout=*/true);
+      if (t == nullptr) return false;
+      in_ptrs.push_back(t->numel() > 0 ? t->data_ptr() : nullptr);
     }
     absl::InlinedVector<at::Tensor, 4> outs;
     absl::InlinedVector<void*, 4> out_ptrs;
@@ -444,16 +450,9 @@ class CppArtifact final : public CodegenArtifact {
   static bool RunKernel(const KernelStep& k, std::vector<c10::IValue>& slots) {
     absl::InlinedVector<const at::Tensor*, 8> ins;
     for (const KernelInput& in : k.inputs) {
-      const at::Tensor& t = in.slot >= 0 ? slots[in.slot].toTensor() : in.constant;
-      // Note [History-free nodes]: an input that requires grad is fine where nothing is recorded.
-      const bool records = t.defined() && t.requires_grad() && !k.history_free && c10::GradMode::is_enabled();
-      if (!t.defined() || !PlainCpuKeys(t) || t.scalar_type() != in.dtype || records ||
-          t.dim() != static_cast<int64_t>(in.sizes.size())) {
-        return false;
-      }
-      if (k.static_layout && (!t.sizes().equals(in.sizes) || !t.strides().equals(in.strides))) return false;
-      if (in.inlined.inlined && !codegen::StillInlinable(in.inlined, t)) return false;
-      ins.push_back(&t);
+      const at::Tensor* t = in.Check(slots, k.history_free, /*exact_layout=*/k.static_layout);
+      if (t == nullptr || (in.inlined.inlined && !codegen::StillInlinable(in.inlined, *t))) return false;
+      ins.push_back(t);
     }
     std::vector<int64_t> shape, params;
     if (!k.static_layout && !SymbolicLayout(k, ins, &shape, &params)) return false;
