@@ -74,6 +74,36 @@ TEST_P(CapturedGradients, GradientOfAnArgumentThatRequiresGrad) {
   ExpectCaptured(f);
 }
 
+// An op that returns its input as itself (to() its own dtype, contiguous() of a contiguous tensor)
+// gives the tracer a second value for one autograd variable; the gradient with respect to that
+// variable must include the paths through both (it used to follow only the later value's uses:
+// d/dx of exp(x + 0) + sin(x.to(float)) came back as cos(x)). Arguments and captured tensors.
+TEST_P(CapturedGradients, TensorReturnedAsItselfKeepsEveryPathOfItsGradient) {
+  const at::Tensor w0 = torch::randn({4});
+  at::Tensor w = w0.clone().requires_grad_(), w2 = w0.clone().requires_grad_();
+  auto step = [](at::Tensor& param) {
+    return [&param](const Args& a) -> std::vector<at::Tensor> {
+      const at::Tensor x = a[0].toTensor();
+      const at::Tensor y = (x + 0.0).exp().sum() + x.to(at::kFloat).sin().sum() +
+                           (x.contiguous() * param).sum() + (param * 2).pow(2).sum() +
+                           param.contiguous().tanh().sum();
+      const auto g = torch::autograd::grad({y}, {x, param}, {}, /*retain_graph=*/false);
+      return {y.detach(), g[0], g[1]};
+    };
+  };
+  auto f = warden::compile(step(w), Opts("returned_as_itself"));
+  auto reference = step(w2);
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({4}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    const auto got = f({x});
+    const auto want = reference({x2});
+    ExpectClose(got[0], want[0], "y");
+    ExpectClose(got[1], want[1], "dy/dx");
+    ExpectClose(got[2], want[2], "dy/dparam");
+  }
+  ExpectCaptured(f);
+}
+
 // An MLP's loss gradient with respect to its parameters (captured tensors), as a hand-written
 // training step computes it before an optimizer update.
 TEST_P(CapturedGradients, MlpParameterGradientsMatchEagerOverTrainingSteps) {

@@ -81,7 +81,9 @@ struct TraceState {
   const std::map<int, c10::IValue>* scalar_overrides = nullptr;  // verification only
   std::vector<NodePtr> keep_alive;  // accumulators shared with wrappers, mapped grad_fns
   // Note [Captured gradients]: the value behind each autograd edge a traced tensor carries (the
-  // latest one), the real tensors of values made while grad mode was on (what a derivative rule
+  // first one: a later value with the same edge is the same autograd variable, returned as itself
+  // by an op such as to(its own dtype) or contiguous(); the gradient must be taken at the first,
+  // whose uses include the later one's through that op's identity rule), the real tensors of values made while grad mode was on (what a derivative rule
   // may read), the forward nodes a gradient without retain_graph went through, and the forward
   // node whose rule is running (-1: none).
   std::map<std::pair<const torch::autograd::Node*, uint32_t>, ValueId> edge_values;
@@ -1004,7 +1006,7 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
     if (OwnRequiresGrad(t)) torch::autograd::impl::materialize_autograd_meta(t)->requires_grad_ = false;  // gained history
     torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(fn, real.output_nr()));
     w->set_mirrored(fn.get());
-    st.edge_values[{fn.get(), static_cast<uint32_t>(real.output_nr())}] = w->id();
+    st.edge_values.emplace(std::make_pair(fn.get(), static_cast<uint32_t>(real.output_nr())), w->id());
     st.keep_alive.push_back(fn);
     return;
   }
@@ -1016,7 +1018,7 @@ void MirrorAutograd(TraceState& st, WrapperImpl* w, const at::Tensor& t) {
   NodePtr acc = torch::autograd::impl::grad_accumulator(real);
   if (acc == nullptr) return;
   torch::autograd::impl::get_autograd_meta(t)->grad_accumulator_ = acc;
-  st.edge_values[{acc.get(), 0}] = w->id();
+  st.edge_values.emplace(std::make_pair(acc.get(), 0u), w->id());
   st.keep_alive.push_back(std::move(acc));
 }
 
