@@ -44,6 +44,7 @@ struct CallState : torch::CustomClassHolder {
   std::vector<uint32_t> versions;       // their version counters at the forward
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<at::TensorOptions> output_options;
+  std::vector<int> returned;            // per output: its position among the node's outputs, or -1
 };
 
 struct ForwardFailed {
@@ -54,8 +55,8 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 at::TensorList diff_inputs,
                                                 const CompiledBackward* self, const Artifact* artifact,
-                                                const std::vector<c10::IValue>* args) {
-    std::vector<at::Tensor> outputs;
+                                                const std::vector<c10::IValue>* args, std::vector<at::Tensor>* all) {
+    std::vector<at::Tensor>& outputs = *all;
     std::string failure;
     if (!artifact->Run(*args, &outputs, &failure)) throw ForwardFailed{failure};
     auto state = c10::make_intrusive<CallState>();
@@ -71,16 +72,22 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
         state->versions.push_back(a.toTensor()._version());
       }
     }
-    std::vector<at::Tensor> non_differentiable;
+    // Note [Undefined outputs]: an undefined output (a function may return at::Tensor(), and a
+    // gradient taken inside with allow_unused is one) is not the node's: LibTorch's Function
+    // machinery cannot take it (1.13 throws from a noexcept path: the process ends). The node
+    // returns the defined outputs; Run() puts them back in their positions.
+    std::vector<at::Tensor> returned, non_differentiable;
     for (size_t j = 0; j < outputs.size(); ++j) {
       const at::Tensor& o = outputs[j];
       state->output_sizes.push_back(o.defined() ? o.sizes().vec() : std::vector<int64_t>());
       state->output_options.push_back(o.defined() ? o.options() : at::TensorOptions());
+      state->returned.push_back(o.defined() ? static_cast<int>(returned.size()) : -1);
+      if (o.defined()) returned.push_back(o);
       if (o.defined() && !self->diff_outputs()[j]) non_differentiable.push_back(o);
     }
     if (!non_differentiable.empty()) ctx->mark_non_differentiable(non_differentiable);
     ctx->saved_data["warden"] = c10::IValue::make_capsule(c10::intrusive_ptr<torch::CustomClassHolder>(state));
-    return outputs;
+    return returned;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -95,8 +102,12 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
                   " of the compiled function was written between its call and this backward)");
     }
     const std::vector<c10::IValue>& args = state->args;
-    std::vector<at::Tensor> result = state->self->Backward(args, grads, state->output_sizes, state->output_options);
-    result.resize(result.size() + 3);  // the three non-tensor arguments of forward()
+    std::vector<at::Tensor> all_grads(state->returned.size());  // per output, undefined ones included
+    for (size_t j = 0; j < state->returned.size(); ++j) {
+      if (state->returned[j] >= 0) all_grads[j] = grads.at(state->returned[j]);
+    }
+    std::vector<at::Tensor> result = state->self->Backward(args, all_grads, state->output_sizes, state->output_options);
+    result.resize(result.size() + 4);  // the four non-tensor arguments of forward()
     return result;
   }
 };
@@ -222,13 +233,22 @@ bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValu
   std::vector<at::Tensor> diff_inputs;
   for (int i : diff_args_) diff_inputs.push_back(args[i].toTensor());
   diff_inputs.insert(diff_inputs.end(), params_.begin(), params_.end());
+  std::vector<at::Tensor> all;
+  std::vector<at::Tensor> returned;
   try {
     // A TensorList (not a std::vector) is what Function::apply counts as its inputs.
-    *outputs = WardenNode::apply(at::TensorList(diff_inputs), this, &forward, &args);
+    returned = WardenNode::apply(at::TensorList(diff_inputs), this, &forward, &args, &all);
   } catch (const ForwardFailed& f) {
     *value_guard_failure = f.why;
     return false;
   }
+  // Note [Undefined outputs]: the node's outputs (now with history) in their positions, the
+  // undefined ones between them.
+  size_t k = 0;
+  for (at::Tensor& o : all) {
+    if (o.defined()) o = returned.at(k++);
+  }
+  *outputs = std::move(all);
   return true;
 }
 

@@ -199,6 +199,40 @@ TEST_P(CompiledBackwardTest, UnusedOutputsAndRetainGraph) {
   EXPECT_THAT(f.explain(), HasSubstr("backward: compiled"));
 }
 
+// Note [Undefined outputs] in runtime/compiled_backward.cc: an undefined output beside outputs
+// that require grad (the process used to end inside LibTorch's Function machinery), and a gradient
+// taken inside with allow_unused, whose unused gradient is undefined.
+TEST_P(CompiledBackwardTest, UndefinedOutputsBesideDifferentiableOnes) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor(), w = a[1].toTensor();
+    const at::Tensor y = (x * w).tanh();
+    const auto g = torch::autograd::grad({y.sum()}, {x, w, a[2].toTensor()}, {}, /*retain_graph=*/true,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+    return {at::Tensor(), y * 2, g[0], g[2], y.sum()};
+  };
+  auto f = warden::compile(fn, Opts("undefined_outputs"));
+  for (int call = 0; call < 3; ++call) {
+    torch::manual_seed(40 + call);
+    const at::Tensor x = torch::randn({5}).requires_grad_(), w = torch::randn({5}).requires_grad_();
+    const at::Tensor unused = torch::randn({2}).requires_grad_();
+    const at::Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+    const at::Tensor unused2 = unused.detach().clone().requires_grad_();
+    const auto got = f({x, w, unused});
+    const auto want = fn({x2, w2, unused2});
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_FALSE(got[0].defined());
+    EXPECT_FALSE(got[3].defined());
+    ExpectClose(got[1], want[1], "y * 2");
+    ExpectClose(got[2], want[2], "gradient inside");
+    ASSERT_TRUE(got[1].requires_grad());
+    (got[1].sum() + got[4]).backward();
+    (want[1].sum() + want[4]).backward();
+    ExpectClose(x.grad(), x2.grad(), "x.grad");
+    ExpectClose(w.grad(), w2.grad(), "w.grad");
+    EXPECT_FALSE(unused.grad().defined());
+  }
+}
+
 TEST_P(CompiledBackwardTest, ForwardWithoutADerivativeRuleSwitchesToEagerAutograd) {
   auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor().atan().sum()}; };
   auto f = warden::compile(fn, Opts("atan"));
