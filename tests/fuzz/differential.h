@@ -11,7 +11,9 @@
 // is broken by changing exactly that property; that call must miss and still equal eager.
 // Backward: whenever a call's outputs require grad, the same loss (a weighted sum of them) is
 // back-propagated on both sides: both must raise, or both must leave equal .grad on every
-// argument. Configurations with `mark_dynamic` first mark one dim of one tensor argument and
+// argument. With `grad_inside` the function itself also takes the gradient of that loss with
+// respect to its arguments that require grad (torch::autograd::grad) and returns it after its
+// outputs (Note [Gradients inside] in differential.cc). Configurations with `mark_dynamic` first mark one dim of one tensor argument and
 // every scalar argument (the programs use scalars only as op arguments, the promise
 // mark_dynamic on a scalar makes: Note [Symbolic scalars]). Float outputs that differ beyond the
 // tolerances are judged against a double-precision run of the program (Note [Float reference]).
@@ -38,17 +40,21 @@ struct Config {
   std::string backend;
   Dynamic dynamic;
   bool mark_dynamic = false;  // mark_dynamic one tensor dim and every scalar before the first call
+  bool grad_inside = false;   // the function also takes gradients (Note [Gradients inside])
 };
 std::string ConfigName(const Config& c);
 // {aten, cpp} x {static, auto, dynamic, static with mark_dynamic}
 std::vector<Config> AllConfigs();
 std::vector<Config> ConfigsOf(const std::string& backend);  // AllConfigs() of one backend
+// {static, auto} of one backend with grad_inside (Note [Gradients inside]).
+std::vector<Config> GradInsideConfigsOf(const std::string& backend);
 
 struct CheckCounts {
   int64_t calls = 0;         // Warden calls checked against eager
   int64_t eager_errors = 0;  // of which eager raised (and Warden had to raise too)
   int64_t probes = 0;        // guard probes (each a call that must miss)
   int64_t backward = 0;      // calls whose outputs were back-propagated on both sides
+  int64_t grads_inside = 0;  // calls whose function took gradients inside (Note [Gradients inside])
   int64_t reference_accepts = 0;  // float differences accepted against a double run (Note [Float reference])
   int64_t limitations = 0;  // documented refusals: Warden raised "cannot be re-run eagerly" where
                             // eager returned (README "Run eagerly, and said so"); not failures

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -24,7 +26,7 @@ class FuzzTest : public ::testing::Test {
 
 void Report(const FuzzSummary& s) {
   std::cout << s.programs << " programs (" << s.with_patterns << " with patterns), " << s.counts.calls << " checked calls (" << s.counts.eager_errors
-            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, " << s.counts.probes << " guard probes, " << s.counts.limitations << " documented refusals, " << s.failures.size()
+            << " raising in eager), " << s.counts.backward << " backward, " << s.counts.grads_inside << " with gradients inside, " << s.counts.reference_accepts << " float differences within the fp64 bound, " << s.counts.probes << " guard probes, " << s.counts.limitations << " documented refusals, " << s.failures.size()
             << " failures in " << s.seconds << " s\n";
   for (size_t i = 0; i < s.failures.size() && i < 5; ++i) ADD_FAILURE() << s.failures[i];
   EXPECT_TRUE(s.failures.empty()) << s.failures.size() << " failures";
@@ -81,12 +83,12 @@ TEST_F(FuzzTest, GeneratorReachesEveryPattern) {
 }
 
 FuzzSummary FuzzBackend(const std::string& backend, uint64_t seed, int64_t programs, double seconds,
-                        bool force_patterns = false) {
+                        bool force_patterns = false, bool grad_inside = false) {
   FuzzBudget b;
   b.seed = seed;
   b.programs = programs;
   b.seconds = seconds;  // a safety net on a loaded machine; the seeds are the budget
-  b.configs = ConfigsOf(backend);
+  b.configs = grad_inside ? GradInsideConfigsOf(backend) : ConfigsOf(backend);
   b.force_patterns = force_patterns;
   return RunFuzz(b);
 }
@@ -103,6 +105,18 @@ TEST_F(FuzzTest, CppBackendAgreesWithEager) { Report(FuzzBackend("cpp", 5000, 25
 TEST_F(FuzzTest, PatternsAgreeWithEager) {
   Report(FuzzBackend("aten", 9000, 40, 40, /*force_patterns=*/true));
   Report(FuzzBackend("cpp", 9000, 40, 60, /*force_patterns=*/true));
+}
+
+// Gradients taken inside the compiled function (Note [Gradients inside] in differential.cc): the
+// program's outputs and d(weighted sum)/d(arguments that require grad), static and auto.
+TEST_F(FuzzTest, GradientsInsideAgreeWithEager) {
+  for (const auto& [backend, programs, seconds] :
+       std::vector<std::tuple<std::string, int64_t, double>>{{"aten", 80, 40}, {"cpp", 20, 60}}) {
+    const FuzzSummary s = FuzzBackend(backend, 12000, programs, seconds, /*force_patterns=*/false, /*grad_inside=*/true);
+    Report(s);
+    // Not vacuous: a good share of the calls took gradients inside.
+    EXPECT_GE(s.counts.grads_inside, s.counts.calls / 10) << backend;
+  }
 }
 
 }  // namespace

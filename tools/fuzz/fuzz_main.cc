@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   budget.programs = 1000;
   budget.seconds = 60;
   std::string backend = "all";
+  bool grad_inside = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -32,11 +33,17 @@ int main(int argc, char** argv) {
       budget.verbose = true;
     } else if (arg == "--force_patterns") {
       budget.force_patterns = true;
+    } else if (arg == "--grad_inside") {
+      grad_inside = true;
     } else {
       std::cerr << "usage: fuzz [--seed=S] [--programs=N] [--seconds=T (0: no limit)] "
-                   "[--backend=aten|cpp|all] [--force_patterns] [--verbose]\n";
+                   "[--backend=aten|cpp|all] [--force_patterns] [--grad_inside] [--verbose]\n";
       return 2;
     }
+  }
+  if (grad_inside) {  // Note [Gradients inside] in tests/fuzz/differential.cc
+    budget.configs = warden::fuzz::GradInsideConfigsOf("aten");
+    for (const auto& c : warden::fuzz::GradInsideConfigsOf("cpp")) budget.configs.push_back(c);
   }
   if (backend != "all") {
     std::vector<warden::fuzz::Config> configs;
@@ -51,7 +58,7 @@ int main(int argc, char** argv) {
   }
   if (std::getenv("WARDEN_CACHE_DIR") == nullptr) setenv("WARDEN_CACHE_DIR", "/tmp/warden-fuzz-cache", 1);
   std::cerr << "fuzz: seed " << budget.seed << ", up to " << budget.programs << " programs, "
-            << budget.seconds << " s, backend " << backend << (budget.force_patterns ? ", patterns forced" : "")
+            << budget.seconds << " s, backend " << backend << (budget.force_patterns ? ", patterns forced" : "") << (grad_inside ? ", gradients inside" : "")
             << ", WARDEN_CACHE_DIR=" << std::getenv("WARDEN_CACHE_DIR")
             << "\n";
   const warden::fuzz::FuzzSummary s = warden::fuzz::RunFuzz(budget);
@@ -60,7 +67,7 @@ int main(int argc, char** argv) {
   std::cout << s.programs << " programs (seeds " << budget.seed << ".." << budget.seed + s.programs - 1 << ", "
             << s.with_patterns << " with patterns), "
             << s.counts.calls << " checked calls (" << s.counts.eager_errors << " raising in eager), "
-            << s.counts.backward << " backward, " << s.counts.reference_accepts << " float differences within the fp64 bound, "
+            << s.counts.backward << " backward, " << s.counts.grads_inside << " with gradients inside, " << s.counts.reference_accepts << " float differences within the fp64 bound, "
             << s.counts.probes << " guard probes, " << s.counts.limitations << " documented refusals, "
             << s.failures.size() << " failures in " << s.seconds << " s\n";
   return s.failures.empty() ? 0 : 1;
