@@ -104,6 +104,39 @@ TEST_P(CapturedGradients, TensorReturnedAsItselfKeepsEveryPathOfItsGradient) {
   ExpectCaptured(f);
 }
 
+// Note [Outside history] in tracer/tracer.cc: an argument that is a view of another one (made by
+// the caller, so its history is outside the function) carries gradient into it in eager; the
+// entry traced with two independent leaves must not be replayed for it, and its own trace runs
+// eagerly. Independent leaves again hit the captured entry.
+TEST_P(CapturedGradients, ArgumentWithHistoryFromOutsideIsNotReplayed) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor(), y = a[1].toTensor();
+    const at::Tensor loss = (x * 3).sum() + y.exp().sum();
+    const auto g = torch::autograd::grad({loss}, {x, y});
+    return {g[0], g[1]};
+  };
+  auto f = warden::compile(fn, Opts("outside_history"));
+  auto check = [&](const at::Tensor& x, const at::Tensor& y, const at::Tensor& x2, const at::Tensor& y2,
+                   const std::string& what) {
+    const auto got = f({x, y});
+    const auto want = fn({x2, y2});
+    ExpectClose(got[0], want[0], "dx, " + what);
+    ExpectClose(got[1], want[1], "dy, " + what);
+  };
+  const at::Tensor base = torch::randn({4});
+  at::Tensor x = base.clone().requires_grad_(), x2 = base.clone().requires_grad_();
+  const at::Tensor y0 = torch::randn({4});
+  check(x, y0.clone().requires_grad_(), x2, y0.clone().requires_grad_(), "independent leaves");
+  {
+    // y = x.view(...): dx is 3 + exp(x) in eager.
+    const at::Tensor y = x.view({4}), y2 = x2.view({4});
+    ASSERT_FALSE(y.is_leaf());
+    check(x, y, x2, y2, "y a view of x");
+  }
+  const at::Tensor y = torch::randn({4});
+  check(x, y.clone().requires_grad_(), x2, y.clone().requires_grad_(), "independent leaves again");
+}
+
 // An MLP's loss gradient with respect to its parameters (captured tensors), as a hand-written
 // training step computes it before an optimizer update.
 TEST_P(CapturedGradients, MlpParameterGradientsMatchEagerOverTrainingSteps) {

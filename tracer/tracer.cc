@@ -90,6 +90,9 @@ struct TraceState {
   std::unordered_map<ValueId, at::Tensor> reals;
   std::set<int> released;
   int grad_of = -1;
+  // Note [Outside history]: the arguments and captured tensors that came in with autograd history
+  // of their own (require grad, not leaves), and what to call them.
+  std::map<ValueId, std::string> outside_history;
   // Note [Symbolic sizes]: hand out symbolic sizes (off in an attempt retaken with plain sizes).
   bool symbolic_sizes = true;
   bool symbolic_handed_out = false;
@@ -691,6 +694,7 @@ ValueId TensorValue(TraceState& st, const at::Tensor& t, at::Tensor* real) {
     // A captured parameter: a gradient may be taken with respect to it (Note [Captured gradients]).
     st.reals[id] = t;
     NodePtr edge = RealGradFn(t);
+    if (edge != nullptr) st.outside_history[id] = absl::StrCat("captured tensor ", st.graph->ValueName(id));
     uint32_t nr = static_cast<uint32_t>(t.output_nr());
     if (edge == nullptr) {
       edge = torch::autograd::impl::grad_accumulator(t);
@@ -1426,6 +1430,19 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&Fallback>());
 }
 
+// Note [Outside history]
+// A gradient taken inside the function follows the traced ops back to the values it is taken
+// with respect to. An argument or captured tensor that arrives with autograd history (a view of
+// another argument, the output of an earlier computation) carries edges the trace never sees: in
+// eager, d/dx also runs through y = x.view(...) passed as a second argument. So a gradient is
+// captured only when every argument and captured tensor that requires grad is a leaf (the usual
+// cases: parameters, inputs made with requires_grad_()); otherwise the call runs eagerly, with the
+// reason. Precisely, every one of them that the differentiated outputs depend on: the arguments and captured tensors the differentiated outputs depend on
+// (Graph::gradient_args records the arguments). The hit path keeps the promise: an entry with
+// captured gradients refuses a call where one of those arguments requires grad and is not a leaf
+// (CacheEntry::Run), and the trace of that call then runs eagerly. (Captured tensors are held by
+// the graph: their history cannot change.)
+//
 // Note [Captured gradients]
 // A gradient taken inside a traced function (torch::autograd::grad, with or without create_graph)
 // becomes ordinary graph nodes: Warden's engine (installed as autograd's default engine; outside a
@@ -1494,6 +1511,7 @@ class GradientCapture {
     std::vector<ValueId> root_values;
     for (size_t i = 0; i < roots.size(); ++i) root_values.push_back(ValueOf(roots[i], "a differentiated output"));
     CheckWrites();
+    CheckOutsideHistory(root_values);
     // Values that depend on a wanted input.
     std::vector<char> dep(g_.values.size(), 0);
     for (ValueId v : wanted) dep[v] = 1;
@@ -1568,6 +1586,35 @@ class GradientCapture {
   }
 
  private:
+  // Note [Outside history]: the arguments the roots depend on are recorded for the hit path, and
+  // none of them, nor a captured tensor they depend on, may carry history from outside.
+  void CheckOutsideHistory(const std::vector<ValueId>& root_values) {
+    std::vector<char> feeds(g_.values.size(), 0);
+    for (ValueId v : root_values) feeds[v] = 1;
+    for (int k = static_cast<int>(g_.nodes.size()) - 1; k >= 0; --k) {
+      bool any = false;
+      for (ValueId v : TensorOutputs(g_.nodes[k])) any |= v != kNoValue && feeds[v];
+      if (!any) continue;
+      for (ValueId v : InputValues(g_.nodes[k])) {
+        if (v != kNoValue) feeds[v] = 1;
+      }
+    }
+    for (ValueId v = 0; v < static_cast<ValueId>(feeds.size()); ++v) {
+      if (!feeds[v]) continue;
+      const Value& val = g_.value(v);
+      if (val.kind == ValueKind::kInput &&
+          std::find(g_.gradient_args.begin(), g_.gradient_args.end(), val.arg_index) == g_.gradient_args.end()) {
+        g_.gradient_args.push_back(val.arg_index);
+      }
+      auto it = st_.outside_history.find(v);
+      if (it != st_.outside_history.end()) {
+        throw CaptureFailed{absl::StrCat(it->second, " has autograd history from outside the function (not a leaf), ",
+                                         "which the gradient may run through into another of its inputs; the graph ",
+                                         "does not see it (Note [Outside history])")};
+      }
+    }
+  }
+
   ValueId ValueOf(const torch::autograd::Edge& e, const char* what) {
     auto it = st_.edge_values.find({e.function.get(), e.input_nr});
     if (e.function == nullptr || it == st_.edge_values.end()) {
@@ -1854,6 +1901,9 @@ TraceResult TraceAttempt(const TracedFn& fn, const std::vector<c10::IValue>& arg
       state->reals[vid] = a.toTensor();
       traced_args.push_back(Wrap(a.toTensor(), state.get(), vid));
       state->arg_wrappers.push_back(traced_args.back().toTensor());
+      if (a.toTensor().requires_grad() && RealGradFn(a.toTensor()) != nullptr) {
+        state->outside_history[vid] = absl::StrCat("argument ", i);
+      }
       MirrorAutograd(*state, AsWrapper(traced_args.back().toTensor()), traced_args.back().toTensor());
     } else {
       if (a.isTensor()) {

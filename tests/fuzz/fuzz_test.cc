@@ -117,6 +117,11 @@ TEST_F(FuzzTest, GradientsInsideAgreeWithEager) {
     // Not vacuous: a good share of the calls took gradients inside.
     EXPECT_GE(s.counts.grads_inside, s.counts.calls / 10) << backend;
   }
+  // With the patterns forced: aliased arguments (a view of another argument has history from
+  // outside: Note [Outside history]), custom Functions, mode regions, a watched model.
+  const FuzzSummary p = FuzzBackend("aten", 40000, 60, 40, /*force_patterns=*/true, /*grad_inside=*/true);
+  Report(p);
+  EXPECT_GE(p.counts.grads_inside, p.counts.calls / 10);
 }
 
 }  // namespace
