@@ -212,8 +212,13 @@ std::vector<at::Tensor> CompiledBackward::Body(const std::vector<c10::IValue>& a
   std::vector<at::Tensor> inputs;
   for (int i : diff_args_) {
     // create_graph: the arguments themselves, so the gradient's history reaches them.
-    at::Tensor t = create_graph ? args[i].toTensor() : args[i].toTensor().detach().requires_grad_(true);
-    args[i] = t;
+    const at::Tensor original = args[i].toTensor();
+    at::Tensor t = create_graph ? original : original.detach().requires_grad_(true);
+    // The same tensor passed in several positions (Note [Argument identity]) stays one tensor: the
+    // copy replaces it everywhere, so the gradient counts every use (x + x: 2, not 1).
+    for (size_t j = 0; j < num_args_; ++j) {
+      if (args[j].isTensor() && a[j].toTensor().is_same(original)) args[j] = t;
+    }
     inputs.push_back(t);
   }
   inputs.insert(inputs.end(), params_.begin(), params_.end());

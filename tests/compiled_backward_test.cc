@@ -233,6 +233,26 @@ TEST_P(CompiledBackwardTest, UndefinedOutputsBesideDifferentiableOnes) {
   }
 }
 
+// The same tensor passed in two positions (Note [Argument identity]): the compiled backward's body
+// must use one copy of it in both, or the gradient counts one use of two (x + x gave cos(2x), not
+// 2 cos(2x)).
+TEST_P(CompiledBackwardTest, SameTensorInTwoPositionsCountsBothUses) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    return {(a[0].toTensor() + a[1].toTensor()).sin() * 3};
+  };
+  auto f = warden::compile(fn, Opts("same_twice"));
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({5}).requires_grad_(), x2 = x.detach().clone().requires_grad_();
+    const auto got = f({x, x});
+    const auto want = fn({x2, x2});
+    ExpectClose(got[0], want[0], "forward");
+    got[0].sum().backward();
+    want[0].sum().backward();
+    ExpectClose(x.grad(), x2.grad(), "x.grad at call " + std::to_string(call));
+  }
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled"));
+}
+
 TEST_P(CompiledBackwardTest, ForwardWithoutADerivativeRuleSwitchesToEagerAutograd) {
   auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor().atan().sum()}; };
   auto f = warden::compile(fn, Opts("atan"));

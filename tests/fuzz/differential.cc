@@ -209,7 +209,12 @@ std::string CompareBackward(const Outcome& got, const Outcome& want, const std::
 // requires grad and some tensor argument does, takes torch::autograd::grad of the weighted sum
 // of those outputs (output i weighted i + 1) with respect to those arguments (unused ones give
 // undefined gradients; retain_graph so that the backward check after the call can still run,
-// as eager lets it) and returns the program's outputs followed by the gradients. Warden captures
+// as eager lets it) and returns the program's outputs followed by the gradients. Programs that
+// write in place take no gradient inside (the ordinary mode covers them): LibTorch's own gradient
+// with respect to a transposed view written in place, followed by a backward through it, counts
+// the write twice (seed 110582), where Warden's graph counts it once. Which arguments the gradient
+// is taken for is decided by requires_grad alone, which Warden guards; a choice by is_leaf() would
+// be a C++ branch on autograd state that no guard sees. Warden captures
 // the gradient computation into the graph (Note [Captured gradients]) or runs eagerly; either way
 // every output, gradients included, must equal eager's, and an error raised by either side must
 // be raised by both.
@@ -217,6 +222,9 @@ std::vector<at::Tensor> RunProgram(const Program& program, const std::vector<c10
                                    torch::nn::SequentialImpl* model, bool grad_inside, bool* took_grads = nullptr) {
   std::vector<at::Tensor> outputs = program.Run(args, fp64, model);
   if (!grad_inside) return outputs;
+  for (const Step& s : program.steps) {
+    if (s.op == Op::kAddInplace || s.op == Op::kMulInplace || s.op == Op::kAddInplaceTensor) return outputs;
+  }
   at::Tensor loss;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& o = outputs[i];
