@@ -35,6 +35,14 @@
 // hit path's record), because a nested tensor's sizes() throws and the hit path must not.
 // The signature hash (guards/signature.cc) reads no sizes of a nested tensor either.
 //
+// Note [Leaf guard]
+// C++ code can also read an argument's autograd state without an op: `x.is_leaf()`, `x.grad_fn()`
+// (a training loop's "if (!x.is_leaf()) x.retain_grad()", a helper that detaches only what has
+// history). requires_grad alone does not say it: a tensor made by requires_grad_() and one computed
+// from it both require grad. So the requires_grad guard holds three states (GradState in
+// guards/guard.h): false, true and a leaf, true with history; a call that changes the state misses.
+// (Gradients taken inside also need it: Note [Outside history] in tracer/tracer.cc.)
+//
 // Note [Argument identity]
 // C++ code can see whether two arguments are the same tensor (`a.is_same(b)`, `&a == &b` on the
 // TensorImpl, a map keyed by it) and the tracer cannot see it look: TensorImpl identity is a
@@ -367,7 +375,7 @@ std::vector<Guard> BuildGuards(const BuildInput& in) {
          (static_cast<int64_t>(t.device().type()) << 16) | (static_cast<int64_t>(t.device().index()) & 0xffff),
          0, meta});
     add({GuardKind::kLayout, a, -1, -1, static_cast<int64_t>(t.layout()), 0, meta});
-    add({GuardKind::kRequiresGrad, a, -1, -1, entry.requires_grad, 0, meta});
+    add({GuardKind::kRequiresGrad, a, -1, -1, GradState(entry.requires_grad, entry.is_leaf), 0, meta});
 
     std::string why = !size_read[i].empty() ? size_read[i] : first_use[i];
     if (!why.empty()) {

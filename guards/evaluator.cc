@@ -229,8 +229,7 @@ bool GuardProgram::Check(const c10::IValue* args, size_t num_args) const noexcep
           return false;
         break;
       case GuardKind::kRequiresGrad:
-        if (args[in.arg].unsafeToTensorImpl()->requires_grad() != static_cast<bool>(in.expected))
-          return false;
+        if (GradStateOf(args[in.arg].toTensor()) != in.expected) return false;
         break;
       case GuardKind::kRank:
         if (args[in.arg].unsafeToTensorImpl()->dim() != in.expected) return false;
@@ -446,6 +445,7 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
                                       static_cast<c10::DeviceIndex>(p.device->expected & 0xffff)));
     r.layout = static_cast<int8_t>(p.layout->expected);
     r.requires_grad = p.requires_grad->expected != 0;
+    r.leaf = p.requires_grad->expected != 2;
     r.check_keys = p.keys != nullptr;
     r.keys = p.keys != nullptr ? static_cast<uint64_t>(p.keys->expected) : 0;
     for (const auto& [lo, hi] : ranges) {
@@ -522,6 +522,8 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
         t->requires_grad() != r.requires_grad) {
       return false;
     }
+    // Note [Leaf guard]: only tensors that require grad have a leafness to check.
+    if (r.requires_grad && v.toTensor().is_leaf() != r.leaf) return false;
   }
   if (fused_identity_ && AnyTwoEqual(seen, num_seen)) return false;
   if (check_identity_ && !identity_.Holds(args)) return false;

@@ -116,6 +116,7 @@ class HitCheck {
     uint16_t device;          // DeviceBits of the kDevice guard
     int8_t layout;
     bool requires_grad;
+    bool leaf;                // requires_grad: is a leaf (Note [Leaf guard] in guards/builder.cc)
     bool check_keys;          // a kDispatchKeys guard (Note [Dispatch keys])
     uint64_t keys;
   };

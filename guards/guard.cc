@@ -229,6 +229,10 @@ std::string LayoutText(int64_t code) {
 }
 
 std::string BoolText(int64_t b) { return b ? "true" : "false"; }
+// A GradState (Note [Leaf guard]): "true" for a leaf, as requires_grad_() makes one.
+std::string GradText(int64_t state) {
+  return state == 2 ? "true (not a leaf: it has autograd history)" : BoolText(state);
+}
 
 
 std::string DoubleText(double d) {
@@ -282,7 +286,7 @@ int64_t Actual(const Guard& g, const std::vector<c10::IValue>& args) {
     case GuardKind::kDispatchKeys: return static_cast<int64_t>(t->key_set().raw_repr());
     case GuardKind::kDevice: return DeviceCode(t->device());
     case GuardKind::kLayout: return static_cast<int64_t>(t->layout());
-    case GuardKind::kRequiresGrad: return t->requires_grad();
+    case GuardKind::kRequiresGrad: return GradStateOf(*t);
     case GuardKind::kRank: return t->dim();
     case GuardKind::kSize:
     case GuardKind::kSizeAtLeast: return g.dim < t->dim() ? t->sizes()[g.dim] : -1;
@@ -363,7 +367,7 @@ std::string Describe(const Guard& g, const std::vector<std::string>& names) {
     case GuardKind::kDevice: return absl::StrCat(name(g.arg), ".device == ", DeviceText(g.expected));
     case GuardKind::kLayout: return absl::StrCat(name(g.arg), ".layout == ", LayoutText(g.expected));
     case GuardKind::kRequiresGrad:
-      return absl::StrCat(name(g.arg), ".requires_grad == ", BoolText(g.expected));
+      return absl::StrCat(name(g.arg), ".requires_grad == ", GradText(g.expected));
     case GuardKind::kRank: return absl::StrCat(name(g.arg), ".dim() == ", g.expected);
     case GuardKind::kSize: return absl::StrCat(name(g.arg), ".size(", g.dim, ") == ", g.expected);
     case GuardKind::kSizeAtLeast:
@@ -434,8 +438,8 @@ std::string FailureReason(const Guard& g, const std::vector<c10::IValue>& args,
       return absl::StrCat(tensor, "layout mismatch. expected ", LayoutText(g.expected), ", actual ",
                           LayoutText(actual));
     case GuardKind::kRequiresGrad:
-      return absl::StrCat(tensor, "requires_grad mismatch. expected ", BoolText(g.expected),
-                          ", actual ", BoolText(actual));
+      return absl::StrCat(tensor, "requires_grad mismatch. expected ", GradText(g.expected),
+                          ", actual ", GradText(actual));
     case GuardKind::kRank:
       return absl::StrCat(tensor, "rank mismatch. expected ", g.expected, ", actual ", actual);
     case GuardKind::kSize:

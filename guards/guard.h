@@ -55,6 +55,11 @@ const char* GuardKindName(GuardKind kind);
 // (guards/signature.h), and what a program run after an exact signature match can skip.
 bool IsKeyed(GuardKind kind);
 
+// The kRequiresGrad guard's value (Note [Leaf guard] in guards/builder.cc): 0 no grad, 1 requires
+// grad and is a leaf, 2 requires grad and has autograd history.
+inline int64_t GradState(bool requires_grad, bool is_leaf) { return requires_grad ? (is_leaf ? 1 : 2) : 0; }
+inline int64_t GradStateOf(const at::Tensor& t) { return t.requires_grad() ? (t.is_leaf() ? 1 : 2) : 0; }
+
 // What an argument is, as the kArgType guard sees it.
 enum class ArgType : uint8_t { kTensor, kUndefinedTensor, kInt, kDouble, kBool, kOther };
 const char* ArgTypeName(ArgType t);

@@ -33,6 +33,27 @@ void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::strin
   EXPECT_TRUE(torch::allclose(got.to(torch::kDouble), want.to(torch::kDouble), 1e-5, 1e-6)) << what;
 }
 
+// --- Autograd state C++ reads without an op (Note [Leaf guard] in guards/builder.cc) ----------
+
+// `x.is_leaf()` is a C++ read of autograd state, not an op: a leaf and a tensor with history that
+// both require grad must not share an entry (Warden returned the leaf's x * 2 for the other).
+TEST_P(Soundness, BranchOnIsLeafOfAnArgumentIsGuarded) {
+  auto fn = [](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor();
+    return {x.is_leaf() ? x * 2 : x * 3};
+  };
+  auto f = warden::compile(fn, Opts("is_leaf"));
+  const at::Tensor leaf = torch::ones({2}).requires_grad_();
+  const at::Tensor computed = torch::ones({2}).requires_grad_() * 1;
+  ExpectClose(f({leaf})[0].detach(), fn({leaf})[0].detach(), "leaf");
+  ExpectClose(f({computed})[0].detach(), fn({computed})[0].detach(), "tensor with history");
+  ExpectClose(f({leaf})[0].detach(), fn({leaf})[0].detach(), "leaf again");
+  ExpectClose(f({computed})[0].detach(), fn({computed})[0].detach(), "tensor with history again");
+  EXPECT_EQ(f.stats().compiles, 2);
+  EXPECT_EQ(f.stats().cache_hits, 2);
+  EXPECT_THAT(f.explain(), HasSubstr("arg0.requires_grad == true (not a leaf: it has autograd history)"));
+}
+
 // --- Thread-local state set inside the function (Note [Thread modes]) --------------------------
 
 TEST_P(Soundness, NoGradGuardInsideTheBodyIsReplayed) {

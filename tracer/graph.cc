@@ -18,6 +18,7 @@ TensorMeta TensorMeta::Of(const at::Tensor& t) {
   m.sizes = t.sizes().vec();
   m.strides = t.strides().vec();
   m.requires_grad = t.requires_grad();
+  m.is_leaf = !m.requires_grad || t.is_leaf();
   return m;
 }
 

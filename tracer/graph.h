@@ -34,6 +34,7 @@ struct TensorMeta {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   bool requires_grad = false;
+  bool is_leaf = true;  // no autograd history (Note [Leaf guard] in guards/builder.cc)
 
   static TensorMeta Of(const at::Tensor& t);
 };
