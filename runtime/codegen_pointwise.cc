@@ -818,10 +818,13 @@ namespace {
 // 606 ns, 2 rows 584 vs 599, 7 rows 922 vs 767, 56 rows (the LSTM language model's output at batch
 // 8) 4.5 us vs 2.5 us; as an ATen call 56 rows took what eager takes. Warden's row kernel alone
 // took 3.2 us for the 56 rows 8-wide (Note [Short rows]); an inline polynomial exp in place of
-// libmvec's measured slower. So a lone softmax over rows, of more than kLoneSoftmaxMax elements,
+// libmvec's measured slower. Long rows are another matter: softmax over [64, 1024] alone ran 2.5x
+// faster than eager as a 16-wide kernel on 1.13 (and at eager's speed as an ATen call). So a lone
+// softmax over rows shorter than kLoneSoftmaxLongRow, of more than kLoneSoftmaxMax elements,
 // stays an ATen call; smaller ones, softmaxes over other dims (not measured) and softmaxes fused
 // with neighbours (which save whole passes over memory) stay kernels.
 constexpr int64_t kLoneSoftmaxMax = 64;
+constexpr int64_t kLoneSoftmaxLongRow = 256;
 
 bool LoneSoftmaxForATen(const PointwiseRegion& r) {
   if (r.nodes.size() != 1 ||
@@ -831,7 +834,9 @@ bool LoneSoftmaxForATen(const PointwiseRegion& r) {
   }
   int64_t numel = 1;
   for (int64_t d : r.sizes) numel *= d;
-  return numel > kLoneSoftmaxMax;
+  // Long rows stay kernels: 16 lanes wide they beat ATen (softmax over [64, 1024] on 1.13: 2.5x).
+  const int64_t row = r.layout.sizes[r.outer_dims];
+  return numel > kLoneSoftmaxMax && row < kLoneSoftmaxLongRow;
 }
 
 }  // namespace
