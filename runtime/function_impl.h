@@ -81,24 +81,8 @@ struct CacheEntry {
   std::shared_ptr<runtime::CompiledBackward> backward;
   std::string backward_note;
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs, std::string* failure) const {
-    if (!graph->gradient_args.empty() && !LeafArguments(args, graph->gradient_args, failure)) return false;
     return backward != nullptr ? backward->Run(*artifact.get(), args, outputs, failure)
                                : artifact->Run(args, outputs, failure);
-  }
-  // Note [Outside history] in tracer/tracer.cc: an entry with gradients captured inside takes only
-  // calls where the arguments they depend on are leaves or do not require grad.
-  static bool LeafArguments(const std::vector<c10::IValue>& args, const std::vector<int>& which, std::string* failure) {
-    for (int i : which) {
-      if (i < 0 || static_cast<size_t>(i) >= args.size() || !args[i].isTensor()) continue;
-      const at::Tensor& t = args[i].toTensor();
-      if (t.defined() && t.requires_grad() && !t.is_leaf()) {
-        *failure = "arg" + std::to_string(i) +
-                   " has autograd history from outside the function (not a leaf), and this entry takes gradients "
-                   "inside it (Note [Outside history])";
-        return false;
-      }
-    }
-    return true;
   }
   std::vector<std::string> rule_mismatches;
   std::vector<std::string> scalar_notes;  // marked-dynamic scalars kept specialized, and why

@@ -188,9 +188,6 @@ class Graph {
   // Note [Captured gradients]: each gradient taken inside the function, as captured
   // ("d(%12) / d(theta) at %40..%57, create_graph=false").
   std::vector<std::string> gradients;
-  // Note [Outside history] (tracer.cc): the arguments the captured gradients' outputs depend on;
-  // a call where one of them requires grad and is not a leaf must not replay this graph.
-  std::vector<int> gradient_args;
 
   ValueId AddValue(Value v);
   const Value& value(ValueId id) const { return values.at(id); }

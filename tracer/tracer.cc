@@ -1437,11 +1437,10 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
 // eager, d/dx also runs through y = x.view(...) passed as a second argument. So a gradient is
 // captured only when every argument and captured tensor that requires grad is a leaf (the usual
 // cases: parameters, inputs made with requires_grad_()); otherwise the call runs eagerly, with the
-// reason. Precisely, every one of them that the differentiated outputs depend on: the arguments and captured tensors the differentiated outputs depend on
-// (Graph::gradient_args records the arguments). The hit path keeps the promise: an entry with
-// captured gradients refuses a call where one of those arguments requires grad and is not a leaf
-// (CacheEntry::Run), and the trace of that call then runs eagerly. (Captured tensors are held by
-// the graph: their history cannot change.)
+// reason. Precisely, every one of them that the differentiated outputs depend on. The hit path
+// keeps the promise through the requires_grad guard, which tells a leaf from a tensor with
+// history (Note [Leaf guard] in guards/builder.cc): such a call misses, and its trace runs
+// eagerly. (Captured tensors are held by the graph: their history cannot change.)
 //
 // Note [Captured gradients]
 // A gradient taken inside a traced function (torch::autograd::grad, with or without create_graph)
@@ -1586,8 +1585,8 @@ class GradientCapture {
   }
 
  private:
-  // Note [Outside history]: the arguments the roots depend on are recorded for the hit path, and
-  // none of them, nor a captured tensor they depend on, may carry history from outside.
+  // Note [Outside history]: no argument or captured tensor the roots depend on may carry history
+  // from outside.
   void CheckOutsideHistory(const std::vector<ValueId>& root_values) {
     std::vector<char> feeds(g_.values.size(), 0);
     for (ValueId v : root_values) feeds[v] = 1;
@@ -1601,11 +1600,6 @@ class GradientCapture {
     }
     for (ValueId v = 0; v < static_cast<ValueId>(feeds.size()); ++v) {
       if (!feeds[v]) continue;
-      const Value& val = g_.value(v);
-      if (val.kind == ValueKind::kInput &&
-          std::find(g_.gradient_args.begin(), g_.gradient_args.end(), val.arg_index) == g_.gradient_args.end()) {
-        g_.gradient_args.push_back(val.arg_index);
-      }
       auto it = st_.outside_history.find(v);
       if (it != st_.outside_history.end()) {
         throw CaptureFailed{absl::StrCat(it->second, " has autograd history from outside the function (not a leaf), ",
