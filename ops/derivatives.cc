@@ -415,6 +415,52 @@ Grads Convolution(const GradContext& c) {  // conv1d/2d/3d(input, weight, bias, 
                                         c.args[6].toInt(), {Need(c, 0), Need(c, 1), has_bias && Need(c, 2)});
   return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
 }
+Grads ConvTranspose(const GradContext& c) {
+  // conv_transpose1d/2d/3d(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  // the weight is [in, out / groups, k...].
+  const at::Tensor& x = Arg(c, 0);
+  const at::Tensor& w = Arg(c, 1);
+  if (c.sizes(x).size() != c.sizes(w).size()) throw std::runtime_error("unbatched transposed convolution input");
+  const bool has_bias = c.args[2].isTensor();
+  const std::vector<int64_t> stride = c.args[3].toIntVector(), padding = c.args[4].toIntVector(),
+                             output_padding = c.args[5].toIntVector(), dilation = c.args[7].toIntVector();
+  const int64_t groups = c.args[6].toInt();
+  const std::vector<int64_t> bias_sizes = {c.sizes(w).at(1) * groups};
+  auto grads = at::convolution_backward(G(c), x, w, has_bias ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
+                                        stride, padding, dilation, /*transposed=*/true, output_padding, groups,
+                                        {Need(c, 0), Need(c, 1), has_bias && Need(c, 2)});
+  return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+}
+Grads AvgPool2d(const GradContext& c) {
+  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  const c10::optional<int64_t> divisor =
+      c.args.size() > 6 && !c.args[6].isNone() ? c10::optional<int64_t>(c.args[6].toInt()) : c10::nullopt;
+  return {at::avg_pool2d_backward(G(c), Arg(c, 0), c.args[1].toIntVector(), c.args[2].toIntVector(),
+                                  c.args[3].toIntVector(), c.args[4].toBool(), c.args[5].toBool(), divisor)};
+}
+// The 1-d pools as their 2-d kernels over a height of 1 (how ATen computes them).
+std::vector<int64_t> OneHigh(const c10::IValue& v, int64_t one) {
+  std::vector<int64_t> r = v.toIntVector();
+  if (r.empty()) return r;  // stride []: the kernel size
+  return {one, r.at(0)};
+}
+Grads AvgPool1d(const GradContext& c) {  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+  const at::Tensor& x = Arg(c, 0);
+  std::vector<int64_t> stride = OneHigh(c.args[2], 1);
+  if (stride.empty()) stride = OneHigh(c.args[1], 1);
+  return {at::avg_pool2d_backward(G(c).unsqueeze(-2), x.unsqueeze(-2), OneHigh(c.args[1], 1), stride,
+                                  OneHigh(c.args[3], 0), c.args[4].toBool(), c.args[5].toBool(), c10::nullopt)
+              .squeeze(-2)};
+}
+Grads MaxPool1d(const GradContext& c) {  // (self, kernel_size, stride, padding, dilation, ceil_mode)
+  const at::Tensor x = Arg(c, 0).unsqueeze(-2);
+  const std::vector<int64_t> k = OneHigh(c.args[1], 1), p = OneHigh(c.args[3], 0), d = OneHigh(c.args[4], 1);
+  std::vector<int64_t> st = OneHigh(c.args[2], 1);
+  if (st.empty()) st = k;
+  const bool ceil = c.args[5].toBool();
+  const at::Tensor indices = std::get<1>(at::max_pool2d_with_indices(x, k, st, p, d, ceil));
+  return {at::max_pool2d_with_indices_backward(G(c).unsqueeze(-2), x, k, st, p, d, ceil, indices).squeeze(-2)};
+}
 Grads MaxPool2d(const GradContext& c) {  // (self, kernel_size, stride, padding, dilation, ceil_mode)
   const at::Tensor& x = Arg(c, 0);
   const std::vector<int64_t> k = c.args[1].toIntVector(), st = c.args[2].toIntVector(), p = c.args[3].toIntVector(),
@@ -619,7 +665,13 @@ const std::map<std::string, DerivativeRule>& Rules() {
       {"aten::conv1d", Convolution},
       {"aten::conv2d", Convolution},
       {"aten::conv3d", Convolution},
+      {"aten::conv_transpose1d", ConvTranspose},
+      {"aten::conv_transpose2d.input", ConvTranspose},
+      {"aten::conv_transpose3d.input", ConvTranspose},
       {"aten::max_pool2d", MaxPool2d},
+      {"aten::max_pool1d", MaxPool1d},
+      {"aten::avg_pool2d", AvgPool2d},
+      {"aten::avg_pool1d", AvgPool1d},
       {"aten::adaptive_avg_pool2d", AdaptiveAvgPool2d},
       {"aten::_adaptive_avg_pool2d", AdaptiveAvgPool2d},
       {"aten::batch_norm", BatchNorm},

@@ -8,8 +8,9 @@
 // to the tensors that require grad (arguments, and captured parameters). Its trace captures that
 // gradient (Note [Captured gradients] in tracer/tracer.cc), so the backward is one graph:
 // forward recomputed + derivative rules, compiled like any other, cached per guard signature.
-// Save vs. recompute: the node keeps only the call's arguments (their version counters checked as
-// autograd checks saved variables, so a write between forward and backward raises eager's error)
+// Save vs. recompute: the node keeps only the call's arguments (their version counters, and those
+// of the tensors the graph captured, checked as autograd checks saved variables, so a write
+// between forward and backward raises eager's error instead of recomputing from the new values)
 // and recomputes every intermediate: the cpp backend fuses pointwise recomputation with the
 // backward's pointwise work.
 // Eligibility (else LibTorch's autograd over the replay, as before, reason in explain()): the graph
@@ -42,6 +43,7 @@ struct CallState : torch::CustomClassHolder {
   std::vector<c10::IValue> args;        // the call's arguments
   std::vector<int> tensor_args;         // positions of its tensor arguments
   std::vector<uint32_t> versions;       // their version counters at the forward
+  std::vector<uint32_t> captured_versions;  // CompiledBackward::captured_'s, at the forward
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<at::TensorOptions> output_options;
   std::vector<int> returned;            // per output: its position among the node's outputs, or -1
@@ -72,6 +74,8 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
         state->versions.push_back(a.toTensor()._version());
       }
     }
+    // Captured tensors (parameters, buffers) too: the backward recomputes with their values then.
+    for (const at::Tensor& c : self->captured()) state->captured_versions.push_back(c._version());
     // Note [Undefined outputs]: an undefined output (a function may return at::Tensor(), and a
     // gradient taken inside with allow_unused is one) is not the node's: LibTorch's Function
     // machinery cannot take it (1.13 throws from a noexcept path: the process ends). The node
@@ -100,6 +104,16 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
                   t.toString(), " ", t.sizes(), "] is at version ", t._version(), "; expected version ",
                   state->versions[k], " instead (Warden: argument ", state->tensor_args[k],
                   " of the compiled function was written between its call and this backward)");
+    }
+    const std::vector<at::Tensor>& captured = state->self->captured();
+    for (size_t k = 0; k < captured.size(); ++k) {
+      TORCH_CHECK(captured[k]._version() == state->captured_versions[k],
+                  "one of the variables needed for gradient computation has been modified by an inplace operation: [",
+                  captured[k].toString(), " ", captured[k].sizes(), "] is at version ", captured[k]._version(),
+                  "; expected version ", state->captured_versions[k],
+                  " instead (Warden: a tensor the compiled function captured (a parameter or buffer) was written "
+                  "between its call and this backward, which recomputes the forward from it; call backward() "
+                  "before writing it, e.g. before optimizer.step())");
     }
     const std::vector<c10::IValue>& args = state->args;
     std::vector<at::Tensor> all_grads(state->returned.size());  // per output, undefined ones included
@@ -192,7 +206,9 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     if (v != tracer::kNoValue && g.value(v).meta.requires_grad) b->diff_args_.push_back(static_cast<int>(i));
   }
   for (const tracer::Value& v : g.values) {
-    if (v.kind == tracer::ValueKind::kConstant && v.meta.requires_grad) b->params_.push_back(v.constant);
+    if (v.kind != tracer::ValueKind::kConstant || !v.constant.defined()) continue;
+    if (v.meta.requires_grad) b->params_.push_back(v.constant);
+    b->captured_.push_back(v.constant);
   }
   if (b->diff_args_.empty() && b->params_.empty()) return nullptr;
   b->fn_ = fn;

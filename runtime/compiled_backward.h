@@ -40,6 +40,8 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
                                    const std::vector<at::TensorOptions>& output_options) const;
 
   const std::vector<bool>& diff_outputs() const { return diff_outputs_; }
+  // Every tensor the graph captured: version-checked between a call and its backward.
+  const std::vector<at::Tensor>& captured() const { return captured_; }
 
  private:
   CompiledBackward() = default;
@@ -52,6 +54,7 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   size_t num_args_ = 0;
   std::vector<int> diff_args_;       // tensor arguments that require grad
   std::vector<at::Tensor> params_;   // captured tensors that require grad
+  std::vector<at::Tensor> captured_; // every captured tensor (params_ among them)
   std::vector<bool> diff_outputs_;   // per output: requires grad
   std::vector<int> out_positions_;   // outputs that require grad, in order
   mutable std::unique_ptr<CompiledFunction> backward_;

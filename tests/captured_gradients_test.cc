@@ -275,6 +275,14 @@ std::vector<RuleCase> RuleCases() {
       {"conv2d", {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, [](const V& v) { return torch::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}); }},
       {"conv1d_groups", {{2, 4, 7}, {4, 2, 3}}, [](const V& v) { return torch::conv1d(v[0], v[1], {}, 1, 1, 1, 2); }},
       {"pools", {{2, 3, 6, 6}}, [](const V& v) { return torch::max_pool2d(v[0], {2, 2}).sum(1) + torch::adaptive_avg_pool2d(v[0], {3, 3}).sum(1) + torch::adaptive_avg_pool2d(v[0], {1, 1}).sum(); }},
+      {"conv_transpose2d", {{2, 4, 3, 3}, {4, 3, 3, 3}, {6}}, [](const V& v) {
+         return torch::conv_transpose2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 0}, 2);
+       }},
+      {"conv_transpose1d", {{2, 3, 5}, {3, 2, 4}}, [](const V& v) { return torch::conv_transpose1d(v[0], v[1], {}, 2, 1); }},
+      {"avg_pools", {{2, 3, 7, 6}}, [](const V& v) {
+         return torch::avg_pool2d(v[0], {3, 2}, {2, 2}, {1, 1}, true, false).sum(1) + torch::avg_pool2d(v[0], {2, 2}).sum() +
+                torch::avg_pool1d(v[0].flatten(2), 3, 2, 1).sum() + torch::max_pool1d(v[0].flatten(2), 3, 2, 1).sum();
+       }},
       {"batch_norm_eval", {{4, 3, 2, 2}, {3}, {3}}, [](const V& v) {
          return torch::batch_norm(v[0], v[1], v[2], torch::linspace(-0.5, 0.5, 3), torch::linspace(0.5, 2, 3), false, 0.1, 1e-5, false);
        }},

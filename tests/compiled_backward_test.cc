@@ -138,6 +138,35 @@ TEST_P(CompiledBackwardTest, WriteBetweenForwardAndBackwardRaisesLikeEager) {
   }
 }
 
+// A captured parameter or buffer written between the call and its backward (optimizer.step()
+// before loss.backward()): eager's saved variable raises; the compiled backward, which recomputes
+// the forward from the captured tensor, must raise too rather than use the new values.
+TEST_P(CompiledBackwardTest, CapturedTensorWrittenBetweenForwardAndBackwardRaisesLikeEager) {
+  for (const bool param : {true, false}) {
+    at::Tensor w = torch::randn({4});
+    if (param) w.requires_grad_();
+    auto fn = [&w](const Args& a) -> std::vector<at::Tensor> { return {torch::tanh(a[0].toTensor() * w).sum()}; };
+    auto f = warden::compile(fn, Opts(param ? "captured_param" : "captured_buffer"));
+    for (int call = 0; call < 3; ++call) {
+      const at::Tensor x = torch::randn({4}).requires_grad_();
+      const at::Tensor eager = fn({x})[0];
+      const at::Tensor y = f({x})[0];
+      {
+        torch::NoGradGuard no_grad;
+        w.mul_(2);  // saved by mul for x's gradient
+      }
+      EXPECT_THROW(eager.backward(), c10::Error) << "eager, call " << call;
+      try {
+        y.backward();
+        ADD_FAILURE() << "no error at call " << call << " (param " << param << "): x.grad " << x.grad();
+      } catch (const c10::Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("modified by an inplace operation")) << e.what();
+      }
+    }
+    EXPECT_THAT(f.explain(), HasSubstr("backward: compiled")) << f.explain();
+  }
+}
+
 TEST_P(CompiledBackwardTest, DropoutInTrainingModeKeepsEagerAutogradAndSaysWhy) {
   auto fn = [](const Args& a) -> std::vector<at::Tensor> {
     return {torch::dropout(a[0].toTensor() * 2, 0.5, /*train=*/true).sum()};
