@@ -309,7 +309,8 @@ void PrintGuards() {
 }
 
 // Instruction counts: WARDEN_CALLGRIND_HITS=N runs only N hits of the warmed 4-argument passthrough
-// (with WARDEN_CALLGRIND_ENTRIES=E entries, default 1, as BM_PassthroughEntries/E) in this function,
+// (with WARDEN_CALLGRIND_ENTRIES=E entries, default 1, as BM_PassthroughEntries/E; with
+// WARDEN_CALLGRIND_ARGS=A arguments instead of 4, as BM_PassthroughWarden/A) in this function,
 // for
 //   valgrind --tool=callgrind --toggle-collect='*CallgrindHits*' bazel-bin/bench/guard_bench
 // (instructions per hit = the collected total / N).
@@ -319,9 +320,9 @@ __attribute__((noinline)) int64_t CallgrindHits(Setup& s, int64_t n) {
   return outputs;
 }
 
-int RunCallgrindHits(int64_t n, int entries) {
+int RunCallgrindHits(int64_t n, int entries, int args) {
   c10::InferenceMode inference;
-  Setup s = MakeSetup(4, warden::Dynamic::kStatic, entries, "callgrind", 64);
+  Setup s = MakeSetup(args, warden::Dynamic::kStatic, entries, "callgrind", 64);
   if (!s.error.empty()) {
     std::printf("ERROR: %s\n", s.error.c_str());
     return 1;
@@ -339,7 +340,9 @@ int RunCallgrindHits(int64_t n, int entries) {
 int main(int argc, char** argv) {
   if (const char* hits = std::getenv("WARDEN_CALLGRIND_HITS")) {
     const char* entries = std::getenv("WARDEN_CALLGRIND_ENTRIES");
-    return RunCallgrindHits(std::atoll(hits), entries != nullptr ? std::atoi(entries) : 1);
+    const char* args = std::getenv("WARDEN_CALLGRIND_ARGS");
+    return RunCallgrindHits(std::atoll(hits), entries != nullptr ? std::atoi(entries) : 1,
+                            args != nullptr ? std::atoi(args) : 4);
   }
   benchmark::Initialize(&argc, argv);
   const int rounds = warden::bench::TakeSummaryRounds(&argc, argv, 41);

@@ -561,6 +561,45 @@ TEST_P(ModelsTraining, ConvNetFgsmInputGradients) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// GAN inversion: find the latent that makes a trained (eval-mode) DCGAN generator produce a target
+// image, by gradient descent on z. The gradient is taken INSIDE the compiled function, through
+// transposed convolutions, BatchNorm (eval) and tanh: captured into the graph (Note [Captured
+// gradients]), so every step after the first is one compiled call. 20 steps; the latents must
+// follow the eager twin's.
+TEST_P(ModelsTraining, DcganLatentInversionGradientInside) {
+  auto [eager, model] = twin::MakeTwins<models::DcganGenerator>(91, 8, 8);
+  eager->eval();
+  model->eval();
+  auto step_of = [](models::DcganGenerator& g) {
+    return [&g](const Args& a) -> std::vector<at::Tensor> {
+      const at::Tensor z = a[0].toTensor().detach().requires_grad_(true);
+      const at::Tensor loss = (g->forward(z) - a[1].toTensor()).pow(2).mean();
+      return {loss.detach(), torch::autograd::grad({loss}, {z})[0]};
+    };
+  };
+  twin::Subject subject(step_of(model), backend(), "invert");
+  auto reference = step_of(eager);
+  torch::manual_seed(92);
+  const at::Tensor target = torch::tanh(torch::randn({2, 1, 16, 16}));
+  at::Tensor z = torch::randn({2, 8, 1, 1}), ze = z.clone();
+  const Tol tol = this->tol(twin::kTrainTol);
+  for (int step = 0; step < 20; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::vector<at::Tensor> got = subject({z, target});
+    const std::vector<at::Tensor> want = reference({ze, target});
+    ASSERT_TRUE(twin::Close(got[0], want[0], tol, "loss")) << subject.events();
+    ASSERT_TRUE(twin::Close(got[1], want[1], tol, "dloss/dz")) << subject.events();
+    z = z - 20.0 * got[1];
+    ze = ze - 20.0 * want[1];
+  }
+  ASSERT_TRUE(twin::Close(z, ze, tol, "latent after 20 steps"));
+  ExpectCompiles(subject, 1);
+  if (subject.is_warden()) {
+    EXPECT_THAT(subject.explain(), ::testing::HasSubstr("gradient captured")) << subject.explain();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // fastText-style classifier: sparse embedding gradients (compared densely), SGD, 20 steps.
 TEST_P(ModelsTraining, FastTextSparseEmbeddingSgd) {
   std::vector<Args> batches;
