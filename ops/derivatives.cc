@@ -186,10 +186,26 @@ Grads Transpose(const GradContext& c) { return {G(c).transpose(c.args[1].toInt()
 Grads T(const GradContext& c) { return {G(c).t()}; }
 Grads ToCopy(const GradContext& c) { return {G(c)}; }  // the engine casts to the input's dtype
 
+// True if a matrix is the transpose of a contiguous one (nn::Linear's weight.t()). Autograd's mm
+// backward then computes the gradient as a transposed product, so that it comes out with the
+// matrix's own layout (and the weight's gradient contiguous, which AccumulateGrad can keep
+// without a copy); the values are the same either way.
+bool TransposedContiguous(const GradContext& c, const at::Tensor& m) {
+  if (!c.strides) return false;
+  const std::vector<int64_t> sizes = c.sizes(m), strides = c.strides(m);
+  return sizes.size() == 2 && sizes[0] > 1 && sizes[1] > 1 && strides[0] == 1 && strides[1] == sizes[0];
+}
+at::Tensor Mat1Grad(const GradContext& c, const at::Tensor& g, const at::Tensor& mat1, const at::Tensor& mat2) {
+  return TransposedContiguous(c, mat1) ? mat2.mm(g.t()).t() : g.mm(mat2.t());
+}
+at::Tensor Mat2Grad(const GradContext& c, const at::Tensor& g, const at::Tensor& mat1, const at::Tensor& mat2) {
+  return TransposedContiguous(c, mat2) ? g.t().mm(mat1).t() : mat1.t().mm(g);
+}
 Grads Mm(const GradContext& c) {
   const at::Tensor& self = Arg(c, 0);
   const at::Tensor& mat2 = Arg(c, 1);
-  return {Need(c, 0) ? G(c).mm(mat2.t()) : at::Tensor(), Need(c, 1) ? self.t().mm(G(c)) : at::Tensor()};
+  return {Need(c, 0) ? Mat1Grad(c, G(c), self, mat2) : at::Tensor(),
+          Need(c, 1) ? Mat2Grad(c, G(c), self, mat2) : at::Tensor()};
 }
 Grads Addmm(const GradContext& c) {
   const at::Tensor& bias = Arg(c, 0);
@@ -198,8 +214,8 @@ Grads Addmm(const GradContext& c) {
   const at::Scalar beta = c.args[3].toScalar();
   const at::Scalar alpha = c.args[4].toScalar();
   return {Need(c, 0) ? SumTo(c, Scale(G(c), beta), bias) : at::Tensor(),
-          Need(c, 1) ? Scale(G(c).mm(m2.t()), alpha) : at::Tensor(),
-          Need(c, 2) ? Scale(m1.t().mm(G(c)), alpha) : at::Tensor()};
+          Need(c, 1) ? Scale(Mat1Grad(c, G(c), m1, m2), alpha) : at::Tensor(),
+          Need(c, 2) ? Scale(Mat2Grad(c, G(c), m1, m2), alpha) : at::Tensor()};
 }
 Grads Bmm(const GradContext& c) {
   const at::Tensor& self = Arg(c, 0);

@@ -29,6 +29,9 @@ struct GradContext {
   const std::vector<bool>& needs;          // per flattened tensor input
   // The sizes of a traced tensor without recording a read (see above for when that is allowed).
   std::function<std::vector<int64_t>(const at::Tensor&)> sizes;
+  // Its strides, likewise without a read: only for choices that change the layout of a gradient,
+  // never its values (which of two equal products to compute, as autograd's mm backward chooses).
+  std::function<std::vector<int64_t>(const at::Tensor&)> strides;
 };
 
 using DerivativeRule = std::vector<at::Tensor> (*)(const GradContext&);

@@ -27,11 +27,13 @@
 #include <set>
 
 #include <ATen/Functions.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/function_impl.h"
 #include "runtime/logging.h"
 
 namespace warden::runtime {
@@ -47,6 +49,7 @@ struct CallState : torch::CustomClassHolder {
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<at::TensorOptions> output_options;
   std::vector<int> returned;            // per output: its position among the node's outputs, or -1
+  std::vector<at::Tensor> saved;        // outputs of heavy ops the forward saved for the backward
 };
 
 struct ForwardFailed {
@@ -62,6 +65,11 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
     std::string failure;
     if (!artifact->Run(*args, &outputs, &failure)) throw ForwardFailed{failure};
     auto state = c10::make_intrusive<CallState>();
+    // The artifact's extra outputs are what the backward saves (never seen by the caller).
+    const size_t num_outputs = self->diff_outputs().size();
+    state->saved.assign(std::make_move_iterator(outputs.begin() + static_cast<std::ptrdiff_t>(num_outputs)),
+                        std::make_move_iterator(outputs.end()));
+    outputs.resize(num_outputs);
     state->self = self->shared_from_this();
     // The arguments are kept by the node (not as saved variables: one node serves every output,
     // and a backward through one output without retain_graph must not free another's), and
@@ -120,7 +128,8 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
     for (size_t j = 0; j < state->returned.size(); ++j) {
       if (state->returned[j] >= 0) all_grads[j] = grads.at(state->returned[j]);
     }
-    std::vector<at::Tensor> result = state->self->Backward(args, all_grads, state->output_sizes, state->output_options);
+    std::vector<at::Tensor> result =
+        state->self->Backward(args, all_grads, state->output_sizes, state->output_options, state->saved);
     result.resize(result.size() + 4);  // the four non-tensor arguments of forward()
     return result;
   }
@@ -142,19 +151,32 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     *why = "WARDEN_COMPILED_BACKWARD=0";
     return nullptr;
   }
+  std::vector<int> heavy;  // nodes whose outputs the forward saves (checked below)
   for (const tracer::Node& n : g.nodes) {
-    // The backward recomputes the forward instead of saving what it needs: worth it where the
-    // forward is pointwise work (fused with the backward's), a loss where matmuls, convolutions,
-    // pooling or RNN layers would run twice (measured: an MLP's training step at 0.68x of eager,
-    // a small CNN's at 0.48x).
-    for (const char* heavy : {"mm", "matmul", "linear", "conv", "pool", "lstm", "gru", "rnn", "einsum", "tensordot",
-                              "attention"}) {
-      if (n.op.find(heavy) != std::string::npos) {
+    // Recomputing pointwise work is cheaper than saving it (it fuses with the backward's);
+    // recomputing matmuls, convolutions or pooling costs more than LibTorch's autograd saves
+    // (measured: an MLP's training step at 0.68x of eager, a small CNN's at 0.48x). Matmuls are
+    // saved instead (Note [Saved outputs]), on backend cpp, which fuses the backward's pointwise
+    // work (the MLP step then ran at 1.02x; replayed op by op on "aten" at 0.83x). Convolutions and
+    // pooling keep LibTorch's autograd: saved, the small CNN's step still ran at 0.55-0.75x.
+    for (const char* op : {"conv", "pool", "lstm", "gru", "rnn", "einsum", "tensordot", "attention"}) {
+      if (n.op.find(op) != std::string::npos) {
         *why = absl::StrCat(n.op, " at %", n.index,
-                            ": the compiled backward would recompute it (Warden's backward recomputes the forward "
-                            "rather than saving it), which costs more than LibTorch's autograd saves");
+                            ": a compiled backward would run it again or save it, both slower than LibTorch's "
+                            "autograd here");
         return nullptr;
       }
+    }
+    for (const char* op : {"mm", "matmul", "linear"}) {
+      if (n.op.find(op) == std::string::npos) continue;
+      if (options.backend != "cpp") {
+        *why = absl::StrCat(n.op, " at %", n.index, ": on backend '", options.backend,
+                            "' a compiled backward of a graph with matmuls is slower than LibTorch's autograd (its "
+                            "pointwise work is replayed op by op); backend cpp compiles it");
+        return nullptr;
+      }
+      heavy.push_back(n.index);
+      break;
     }
     if (n.random) {
       *why = absl::StrCat(n.op, " at %", n.index, " draws random numbers (a recompute would draw again)");
@@ -182,6 +204,45 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
       *why = "two outputs are the same tensor or views of one storage";
       return nullptr;
     }
+  }
+  // A heavy op's output can be saved if it is one tensor of its own storage that nothing writes
+  // later (an in-place activation would change it: the saved tensor must be the op's result) and
+  // the caller never sees (a caller's write in place would change it too).
+  std::set<tracer::ValueId> written, returned_roots;
+  for (const tracer::Node& n : g.nodes) {
+    if (!n.mutates) continue;
+    for (tracer::ValueId v : tracer::WrittenValues(n)) {
+      if (v != tracer::kNoValue) written.insert(g.RootOf(v));
+    }
+  }
+  for (tracer::ValueId o : g.outputs) {
+    if (o != tracer::kNoValue) returned_roots.insert(g.RootOf(o));
+  }
+  std::vector<int> saved_nodes;
+  std::vector<tracer::ValueId> saved_values;
+  for (int k : heavy) {
+    const tracer::Node& n = g.nodes[k];
+    const bool one_tensor = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
+                            n.returns[0].values.size() == 1;
+    const tracer::ValueId v = one_tensor ? n.returns[0].values[0] : tracer::kNoValue;
+    std::string problem;
+    if (!one_tensor) {
+      problem = "returns several tensors";
+    } else if (g.RootOf(v) != v) {
+      problem = "returns a view";
+    } else if (written.count(v)) {
+      problem = "has its output written in place later (an in-place activation?)";
+    } else if (returned_roots.count(v)) {
+      problem = "has its output returned by the function";
+    }
+    if (!problem.empty()) {
+      *why = absl::StrCat(n.op, " at %", n.index, " ", problem,
+                          ": the compiled backward cannot save it and would recompute it, which costs more than "
+                          "LibTorch's autograd saves");
+      return nullptr;
+    }
+    saved_nodes.push_back(k);
+    saved_values.push_back(v);
   }
   auto b = std::shared_ptr<CompiledBackward>(new CompiledBackward());
   for (size_t j = 0; j < g.outputs.size(); ++j) {
@@ -211,6 +272,13 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     b->captured_.push_back(v.constant);
   }
   if (b->diff_args_.empty() && b->params_.empty()) return nullptr;
+  b->saved_nodes_ = saved_nodes;
+  if (!saved_nodes.empty()) {
+    auto forward = std::make_shared<tracer::Graph>(g);
+    forward->outputs.insert(forward->outputs.end(), saved_values.begin(), saved_values.end());
+    b->forward_graph_ = std::move(forward);
+  }
+  for (const tracer::Node& n : g.nodes) b->forward_ops_.push_back(n.op);
   b->fn_ = fn;
   b->name_ = options.name + ".backward";
   b->num_args_ = g.arg_kinds.size();
@@ -220,7 +288,79 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
   const CompiledBackward* raw = b.get();
   b->backward_ = std::make_unique<CompiledFunction>(compile(
       [raw](const std::vector<c10::IValue>& a) { return raw->Body(a, /*create_graph=*/false); }, bo));
+  if (!saved_nodes.empty()) {
+    ImplAccess::Of(*b->backward_).post_trace_ = [raw](tracer::TraceResult* t) { raw->UseSaved(t); };
+  }
   return b;
+}
+
+// Note [Saved outputs]: the backward's trace recomputes the forward (its first nodes, after the
+// detach + requires_grad_ pair Body makes of each differentiated argument, are the forward graph's
+// nodes in the same order: the same function on arguments that pass the same guards). Each saved
+// heavy node is turned into `aten::alias` of the backward argument that carries the forward's
+// result, so the compiled backward reads it instead of computing it again; the derivative rules
+// recorded after it (which read the node's inputs and output as values) are unchanged. Anything
+// unexpected (a different op sequence or shape) leaves the graph recomputing everything, which is
+// correct, and says so in explain().
+void CompiledBackward::UseSaved(tracer::TraceResult* t) const {
+  tracer::Graph& b = *t->graph;
+  std::string problem;
+  size_t end = b.nodes.size();
+  for (size_t i = 0; i < b.nodes.size(); ++i) {
+    if (b.nodes[i].grad_of >= 0) {
+      end = i;
+      break;
+    }
+  }
+  const size_t prefix = end >= forward_ops_.size() ? end - forward_ops_.size() : 0;
+  if (end < forward_ops_.size()) problem = "the backward's trace has fewer forward ops than the forward";
+  for (size_t i = 0; problem.empty() && i < prefix; ++i) {
+    if (b.nodes[i].op != "aten::detach" && b.nodes[i].op != "aten::requires_grad_") {
+      problem = absl::StrCat("unexpected ", b.nodes[i].op, " at %", i, " before the recomputed forward");
+    }
+  }
+  for (size_t i = 0; problem.empty() && i < forward_ops_.size(); ++i) {
+    if (b.nodes[prefix + i].op != forward_ops_[i]) {
+      problem = absl::StrCat("the recomputed forward has ", b.nodes[prefix + i].op, " where the forward has ",
+                             forward_ops_[i], " at %", i);
+    }
+  }
+  const size_t first_saved_arg = num_args_ + out_positions_.size();
+  for (size_t k = 0; problem.empty() && k < saved_nodes_.size(); ++k) {
+    const tracer::Node& n = b.nodes[prefix + saved_nodes_[k]];
+    const bool one_tensor = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
+                            n.returns[0].values.size() == 1;
+    const tracer::ValueId in = first_saved_arg + k < b.arg_values.size() ? b.arg_values[first_saved_arg + k]
+                                                                         : tracer::kNoValue;
+    if (!one_tensor || in == tracer::kNoValue) {
+      problem = absl::StrCat("no saved value for ", n.op, " at %", n.index);
+      break;
+    }
+    const tracer::TensorMeta& want = b.value(n.returns[0].values[0]).meta;
+    const tracer::TensorMeta& have = b.value(in).meta;
+    if (want.sizes != have.sizes || want.dtype != have.dtype || want.device != have.device) {
+      problem = absl::StrCat("the saved output of ", n.op, " at %", n.index, " differs in shape or dtype");
+    }
+  }
+  if (!problem.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    saved_note_ = absl::StrCat("saved outputs not used, the forward is recomputed: ", problem);
+    return;
+  }
+  static const c10::OperatorHandle alias = c10::Dispatcher::singleton().findSchemaOrThrow("aten::alias", "");
+  for (size_t k = 0; k < saved_nodes_.size(); ++k) {
+    tracer::Node& n = b.nodes[prefix + saved_nodes_[k]];
+    const tracer::ValueId out = n.returns[0].values[0];
+    tracer::NodeArg arg;
+    arg.kind = tracer::NodeArg::Kind::kValue;
+    arg.value = b.arg_values[first_saved_arg + k];
+    n.op = "aten::alias";
+    n.handle = alias;
+    n.kind = tracer::NodeKind::kRule;
+    n.args = {arg};
+    n.mutates = n.random = n.factory = false;
+    b.values[out].alias_of = arg.value;
+  }
 }
 
 std::vector<at::Tensor> CompiledBackward::Body(const std::vector<c10::IValue>& a, bool create_graph) const {
@@ -250,7 +390,11 @@ std::vector<at::Tensor> CompiledBackward::Body(const std::vector<c10::IValue>& a
 
 bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValue>& args,
                            std::vector<at::Tensor>* outputs, std::string* value_guard_failure) const {
-  if (disabled_.load(std::memory_order_relaxed)) return forward.Run(args, outputs, value_guard_failure);
+  if (disabled_.load(std::memory_order_relaxed)) {
+    if (!forward.Run(args, outputs, value_guard_failure)) return false;
+    outputs->resize(diff_outputs_.size());  // the saved outputs (Note [Saved outputs]) are not the caller's
+    return true;
+  }
   std::vector<at::Tensor> diff_inputs;
   for (int i : diff_args_) diff_inputs.push_back(args[i].toTensor());
   diff_inputs.insert(diff_inputs.end(), params_.begin(), params_.end());
@@ -276,12 +420,15 @@ bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValu
 std::vector<at::Tensor> CompiledBackward::Backward(const std::vector<c10::IValue>& args,
                                                    const std::vector<at::Tensor>& grads,
                                                    const std::vector<std::vector<int64_t>>& output_sizes,
-                                                   const std::vector<at::TensorOptions>& output_options) const {
+                                                   const std::vector<at::TensorOptions>& output_options,
+                                                   const std::vector<at::Tensor>& saved) const {
   std::vector<c10::IValue> a = args;
   for (int j : out_positions_) {
     const at::Tensor& g = grads.at(j);
     a.emplace_back(g.defined() ? g : at::zeros(output_sizes.at(j), output_options.at(j)));
   }
+  // Note [Saved outputs]: read by the compiled backward's graph, ignored by Body (which recomputes).
+  a.insert(a.end(), saved.begin(), saved.end());
   std::vector<at::Tensor> result;
   if (c10::GradMode::is_enabled()) {
     // create_graph: the gradient must itself be differentiable; eager, with history.
@@ -304,6 +451,12 @@ std::vector<at::Tensor> CompiledBackward::Backward(const std::vector<c10::IValue
 
 std::string CompiledBackward::ExplainBackward() const { return backward_->explain(); }
 
+std::string CompiledBackward::SavedText() const {
+  std::string text;
+  for (int k : saved_nodes_) absl::StrAppend(&text, text.empty() ? "" : ", ", forward_ops_.at(k), " at %", k);
+  return text;
+}
+
 std::string CompiledBackward::Describe() const {
   std::string inputs;
   for (int i : diff_args_) absl::StrAppend(&inputs, inputs.empty() ? "" : ", ", "arg", i);
@@ -312,7 +465,17 @@ std::string CompiledBackward::Describe() const {
                     params_.size() == 1 ? "" : "s");
   }
   const Stats s = backward_->stats();
-  std::string out = absl::StrCat("compiled: function '", name_, "' (d outputs / d(", inputs, "), forward recomputed; ",
+  std::string saving = "forward recomputed";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!saved_nodes_.empty()) {
+      saving = saved_note_.empty()
+                   ? absl::StrCat("saves the outputs of ", saved_nodes_.size(), " heavy op",
+                                  saved_nodes_.size() == 1 ? "" : "s", " (", SavedText(), "), recomputes the rest")
+                   : saved_note_;
+    }
+  }
+  std::string out = absl::StrCat("compiled: function '", name_, "' (d outputs / d(", inputs, "), ", saving, "; ",
                                  s.calls, " backward calls, ", s.compiles, " compiles, ", s.eager_calls, " eager)");
   if (disabled_.load()) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/warden.h"
 #include "tracer/graph.h"
+#include "tracer/tracer.h"
 
 namespace warden::runtime {
 
@@ -37,7 +38,12 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   // The backward pass of one call (called by the autograd node).
   std::vector<at::Tensor> Backward(const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& grads,
                                    const std::vector<std::vector<int64_t>>& output_sizes,
-                                   const std::vector<at::TensorOptions>& output_options) const;
+                                   const std::vector<at::TensorOptions>& output_options,
+                                   const std::vector<at::Tensor>& saved) const;
+
+  // The graph the forward artifact is compiled from: the entry's graph with the saved heavy
+  // outputs appended to its outputs (Note [Saved outputs]); null when nothing is saved.
+  const std::shared_ptr<const tracer::Graph>& forward_graph() const { return forward_graph_; }
 
   const std::vector<bool>& diff_outputs() const { return diff_outputs_; }
   // Every tensor the graph captured: version-checked between a call and its backward.
@@ -48,6 +54,9 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   // The backward's body: re-runs the function on the saved arguments and takes the gradient of
   // its differentiable outputs (captured when compiled: Note [Captured gradients]).
   std::vector<at::Tensor> Body(const std::vector<c10::IValue>& a, bool create_graph) const;
+  // The backward function's post-trace step: reads the saved outputs instead of recomputing them.
+  void UseSaved(tracer::TraceResult* t) const;
+  std::string SavedText() const;  // "aten::addmm at %1, ..."
 
   Fn fn_;
   std::string name_;
@@ -57,10 +66,14 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   std::vector<at::Tensor> captured_; // every captured tensor (params_ among them)
   std::vector<bool> diff_outputs_;   // per output: requires grad
   std::vector<int> out_positions_;   // outputs that require grad, in order
+  std::vector<int> saved_nodes_;     // forward nodes whose outputs are saved (Note [Saved outputs])
+  std::vector<std::string> forward_ops_;  // the forward graph's ops, in order
+  std::shared_ptr<const tracer::Graph> forward_graph_;
   mutable std::unique_ptr<CompiledFunction> backward_;
   mutable std::atomic<bool> disabled_{false};
   mutable std::mutex mu_;
   mutable std::string disabled_why_;
+  mutable std::string saved_note_;  // why the saved outputs are not used, if they are not
 };
 
 }  // namespace warden::runtime

@@ -596,6 +596,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     try {
       UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
       t = tracer::Trace(fn_, args, names);
+      if (post_trace_) post_trace_(&t);
     } catch (...) {
       event.action = "retraced: the function raised an exception (no entry added)";
       if (logs_.recompiles) runtime::LogToStderr(log);
@@ -699,6 +700,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     } else {
       UnlockedForUserCode unlocked(lock, tracing_, traced_cv_);
       trace = tracer::Trace(fn_, args, names);
+      if (post_trace_) post_trace_(&trace);
     }
   } catch (...) {
     if (trace_ != nullptr) {
@@ -917,7 +919,11 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
   entry->backward = runtime::CompiledBackward::Make(fn_, *entry->graph, options_, &entry->backward_note);
   // Background compile: replay now, the real artifact once it is built (Note [Background compile]).
   const bool background = options_.async_compile && options_.backend != "aten";
-  auto compiled = CompileWithFallback(background ? "aten" : options_.backend, entry->graph, context, id_, where);
+  // Note [Compiled backward]: the forward artifact also returns the outputs the backward saves.
+  const std::shared_ptr<const tracer::Graph> graph =
+      entry->backward != nullptr && entry->backward->forward_graph() != nullptr ? entry->backward->forward_graph()
+                                                                                : entry->graph;
+  auto compiled = CompileWithFallback(background ? "aten" : options_.backend, graph, context, id_, where);
   if (!compiled.ok()) {
     throw Error(absl::StrCat("warden: function '", options_.name,
                              "': could not compile the traced graph: ", compiled.status().message()));
@@ -933,12 +939,12 @@ void CompiledFunction::Impl::CompileEntry(const std::shared_ptr<CacheEntry>& ent
   runtime::TraceLog* trace = trace_;
   nlohmann::json trace_fields = trace != nullptr ? TraceFields(*this, entry->created_at_call) : nlohmann::json();
   if (trace != nullptr) trace_fields["entry"] = EntryId(*this, entry->index);
-  runtime::CompilePool::Get().Submit(jobs_, [entry, backend = options_.backend, context, id = id_, where, trace,
-                                             trace_fields] {
+  runtime::CompilePool::Get().Submit(jobs_, [entry, graph, backend = options_.backend, context, id = id_, where,
+                                             trace, trace_fields] {
     const TraceClock::time_point start = TraceClock::now();
     std::string error;
     try {
-      auto compiled = CompileWithFallback(backend, entry->graph, context, id, where);
+      auto compiled = CompileWithFallback(backend, graph, context, id, where);
       if (compiled.ok()) {
         entry->artifact.Install(std::move(compiled->artifact), compiled->backend, compiled->note);
       } else {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -157,6 +158,10 @@ class CompiledFunction::Impl {
   // async_compile jobs (Note [Compile pool]); ~Impl cancels the queued ones and waits for the rest.
   std::shared_ptr<runtime::CompilePool::Group> jobs_ = std::make_shared<runtime::CompilePool::Group>();
   std::vector<WatchedModule> watched_;             // watch(): guarded by every later entry
+  // Runs on every trace this function takes for an entry, before anything reads it (the compiled
+  // backward substitutes the forward's saved outputs: Note [Compiled backward]). Set once, before
+  // the first call.
+  std::function<void(tracer::TraceResult*)> post_trace_;
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
   bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])
   std::condition_variable traced_cv_;  // notified when tracing_ turns false
@@ -185,6 +190,11 @@ class CompiledFunction::Impl {
   std::set<std::pair<int, int>> DynamicDims(const std::vector<c10::IValue>& args,
                                             const std::vector<std::shared_ptr<const CacheEntry>>& entries,
                                             std::set<std::pair<int, int>>* newly_dynamic);
+};
+
+// Internal access to a CompiledFunction's Impl (runtime code only).
+struct ImplAccess {
+  static CompiledFunction::Impl& Of(CompiledFunction& f) { return *f.impl_; }
 };
 
 // The entry's graph, with symbolic shapes (s0, s0*s1, ...) where it has any.

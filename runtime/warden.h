@@ -65,6 +65,8 @@ struct RecompileEvent {
                                         // arg0.size(0) dynamic", "cache_size_limit (8) hit: ran eagerly"
 };
 
+struct ImplAccess;  // internal (runtime/function_impl.h)
+
 class CompiledFunction {
  public:
   std::vector<at::Tensor> operator()(const std::vector<c10::IValue>& args);
@@ -91,6 +93,7 @@ class CompiledFunction {
 
  private:
   friend CompiledFunction compile(Fn fn, Options options);
+  friend struct ImplAccess;
   explicit CompiledFunction(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;  // copies of a CompiledFunction share one cache
 };

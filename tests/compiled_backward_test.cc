@@ -61,10 +61,50 @@ TEST_P(CompiledBackwardTest, MlpTrainingLoopWithBackwardOutsideMatchesEager) {
   for (size_t i = 0; i < model->parameters().size(); ++i) {
     ExpectClose(model->parameters()[i], eager->parameters()[i], "parameter " + std::to_string(i), 1e-4, 1e-5);
   }
-  // Matmuls: recomputing them would cost more than autograd saves, so autograd runs, and says so.
-  EXPECT_THAT(f.explain(), HasSubstr("backward: LibTorch's autograd over the replayed forward (aten::addmm"))
-      << f.explain();
+  if (std::string(GetParam()) == "cpp") {
+    // Matmuls are saved by the forward, not recomputed (Note [Saved outputs]); the rest is recomputed.
+    EXPECT_THAT(f.explain(), HasSubstr("saves the outputs of 3 heavy ops (aten::addmm at %1, aten::addmm at %4, "
+                                       "aten::addmm at %7), recomputes the rest"))
+        << f.explain();
+    EXPECT_THAT(f.explain(), HasSubstr("aten::alias(%arg3)")) << f.explain();  // the backward reads the saved output
+    EXPECT_THAT(f.explain(), HasSubstr(", 0 eager)")) << f.explain();
+  } else {
+    // Replayed op by op, the backward would be slower than autograd: autograd runs, and says so.
+    EXPECT_THAT(f.explain(), HasSubstr("backward: LibTorch's autograd over the replayed forward (aten::addmm"))
+        << f.explain();
+  }
   EXPECT_EQ(f.stats().compiles, 1);
+}
+
+// Note [Saved outputs]: a matmul's output can be saved only if nothing writes it later and the
+// caller never gets it; otherwise LibTorch's autograd runs, says why, and gradients match eager.
+TEST_P(CompiledBackwardTest, MatmulOutputsThatCannotBeSavedKeepAutograd) {
+  torch::manual_seed(13);
+  const at::Tensor w0 = torch::randn({6, 5});
+  for (const bool in_place : {true, false}) {
+    at::Tensor w = w0.clone().requires_grad_(), we = w0.clone().requires_grad_();
+    auto fn_of = [in_place](at::Tensor& weight) {
+      return [&weight, in_place](const Args& a) -> std::vector<at::Tensor> {
+        at::Tensor h = torch::mm(a[0].toTensor(), weight);
+        if (in_place) return {h.relu_().pow(2).sum()};
+        return {torch::relu(h).pow(2).sum(), h};  // the matmul's output is returned
+      };
+    };
+    auto f = warden::compile(fn_of(w), Opts(in_place ? "relu_inplace" : "returns_matmul"));
+    auto reference = fn_of(we);
+    for (int call = 0; call < 3; ++call) {
+      const at::Tensor x = torch::randn({4, 6});
+      f({x})[0].backward();
+      reference({x})[0].backward();
+      ExpectClose(w.grad(), we.grad(), "grad at call " + std::to_string(call));
+    }
+    if (std::string(GetParam()) == "cpp") {
+      EXPECT_THAT(f.explain(), HasSubstr(in_place ? "has its output written in place later"
+                                                  : "has its output returned by the function"))
+          << f.explain();
+    }
+    EXPECT_THAT(f.explain(), HasSubstr("backward: LibTorch's autograd over the replayed forward")) << f.explain();
+  }
 }
 
 // A pointwise model (per-feature affine, tanh, squared error): the compiled backward over a

@@ -1725,7 +1725,8 @@ class GradientCapture {
     std::vector<at::Tensor> outputs;
     for (ValueId v : outs) outputs.push_back(Traced(v));
     ops::GradContext c{args, outputs, out_grads, needs,
-                       [](const at::Tensor& t) { return RealOf(t).sizes().vec(); }};
+                       [](const at::Tensor& t) { return RealOf(t).sizes().vec(); },
+                       [](const at::Tensor& t) { return RealOf(t).strides().vec(); }};
     std::vector<at::Tensor> in_grads;
     // The ops recorded from here on (the rule's, the casts, the accumulation) are node n's backward.
     st_.grad_of = n.index;
