@@ -8,14 +8,16 @@
 // to the tensors that require grad (arguments, and captured parameters). Its trace captures that
 // gradient (Note [Captured gradients] in tracer/tracer.cc), so the backward is one graph:
 // forward recomputed + derivative rules, compiled like any other, cached per guard signature.
-// Save vs. recompute: the node keeps only the call's arguments (their version counters, and those
-// of the tensors the graph captured, checked as autograd checks saved variables, so a write
-// between forward and backward raises eager's error instead of recomputing from the new values)
-// and recomputes every intermediate: the cpp backend fuses pointwise recomputation with the
-// backward's pointwise work.
+// Save vs. recompute: the node keeps the call's arguments (their version counters, and those of
+// the tensors the graph captured, checked as autograd checks saved variables, so a write between
+// forward and backward raises eager's error instead of recomputing from the new values) and, on
+// backend cpp, the outputs of the forward's matmuls (Note [Saved outputs]); it recomputes every
+// other intermediate: the cpp backend fuses pointwise recomputation with the backward's pointwise
+// work.
 // Eligibility (else LibTorch's autograd over the replay, as before, reason in explain()): the graph
-// has no matmul, convolution, pooling or RNN op (recomputing them costs more than autograd saves:
-// an MLP's training step ran at 0.68x of eager, a small CNN's at 0.48x), draws no random numbers
+// has no convolution, pooling or RNN op (recomputing them costs more than autograd saves: an MLP's
+// training step ran at 0.68x of eager, a small CNN's at 0.48x), has matmuls only on backend cpp
+// and only where their outputs can be saved, draws no random numbers
 // (a recompute would draw again: dropout in training mode), writes no argument or captured tensor
 // in place (BatchNorm's running statistics in training mode would be updated twice), and returns no
 // argument or captured tensor nor a view of one, no leaf it made, and no two outputs sharing
