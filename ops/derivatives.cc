@@ -462,9 +462,10 @@ std::vector<int64_t> OneHigh(const c10::IValue& v, int64_t one) {
 }
 Grads AvgPool1d(const GradContext& c) {  // (self, kernel_size, stride, padding, ceil_mode, count_include_pad)
   const at::Tensor& x = Arg(c, 0);
+  const std::vector<int64_t> k = OneHigh(c.args[1], 1);
   std::vector<int64_t> stride = OneHigh(c.args[2], 1);
-  if (stride.empty()) stride = OneHigh(c.args[1], 1);
-  return {at::avg_pool2d_backward(G(c).unsqueeze(-2), x.unsqueeze(-2), OneHigh(c.args[1], 1), stride,
+  if (stride.empty()) stride = k;
+  return {at::avg_pool2d_backward(G(c).unsqueeze(-2), x.unsqueeze(-2), k, stride,
                                   OneHigh(c.args[3], 0), c.args[4].toBool(), c.args[5].toBool(), c10::nullopt)
               .squeeze(-2)};
 }

@@ -54,6 +54,21 @@ struct CallState : torch::CustomClassHolder {
   std::vector<at::Tensor> saved;        // outputs of heavy ops the forward saved for the backward
 };
 
+// Autograd's check of a saved variable: `t` must still be at the version the forward saw.
+void CheckVersion(const at::Tensor& t, uint32_t expected, const std::string& what) {
+  TORCH_CHECK(t._version() == expected,
+              "one of the variables needed for gradient computation has been modified by an inplace operation: [",
+              t.toString(), " ", t.sizes(), "] is at version ", t._version(), "; expected version ", expected,
+              " instead (Warden: ", what, ")");
+}
+
+// The value of a node that returns exactly one tensor, else kNoValue.
+tracer::ValueId SingleTensorResult(const tracer::Node& n) {
+  const bool one = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
+                   n.returns[0].values.size() == 1;
+  return one ? n.returns[0].values[0] : tracer::kNoValue;
+}
+
 struct ForwardFailed {
   std::string why;
 };
@@ -108,22 +123,16 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
                                                  torch::autograd::variable_list grads) {
     const auto state = c10::static_intrusive_pointer_cast<CallState>(ctx->saved_data["warden"].toCapsule());
     for (size_t k = 0; k < state->tensor_args.size(); ++k) {
-      const at::Tensor& t = state->args[state->tensor_args[k]].toTensor();
-      TORCH_CHECK(t._version() == state->versions[k],
-                  "one of the variables needed for gradient computation has been modified by an inplace operation: [",
-                  t.toString(), " ", t.sizes(), "] is at version ", t._version(), "; expected version ",
-                  state->versions[k], " instead (Warden: argument ", state->tensor_args[k],
-                  " of the compiled function was written between its call and this backward)");
+      CheckVersion(state->args[state->tensor_args[k]].toTensor(), state->versions[k],
+                   absl::StrCat("argument ", state->tensor_args[k],
+                                " of the compiled function was written between its call and this backward"));
     }
     const std::vector<at::Tensor>& captured = state->self->captured();
     for (size_t k = 0; k < captured.size(); ++k) {
-      TORCH_CHECK(captured[k]._version() == state->captured_versions[k],
-                  "one of the variables needed for gradient computation has been modified by an inplace operation: [",
-                  captured[k].toString(), " ", captured[k].sizes(), "] is at version ", captured[k]._version(),
-                  "; expected version ", state->captured_versions[k],
-                  " instead (Warden: a tensor the compiled function captured (a parameter or buffer) was written "
-                  "between its call and this backward, which recomputes the forward from it; call backward() "
-                  "before writing it, e.g. before optimizer.step())");
+      CheckVersion(captured[k], state->captured_versions[k],
+                   "a tensor the compiled function captured (a parameter or buffer) was written between its call "
+                   "and this backward, which recomputes the forward from it; call backward() before writing it, "
+                   "e.g. before optimizer.step()");
     }
     const std::vector<c10::IValue>& args = state->args;
     std::vector<at::Tensor> all_grads(state->returned.size());  // per output, undefined ones included
@@ -224,11 +233,9 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
   std::vector<tracer::ValueId> saved_values;
   for (int k : heavy) {
     const tracer::Node& n = g.nodes[k];
-    const bool one_tensor = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
-                            n.returns[0].values.size() == 1;
-    const tracer::ValueId v = one_tensor ? n.returns[0].values[0] : tracer::kNoValue;
+    const tracer::ValueId v = SingleTensorResult(n);
     std::string problem;
-    if (!one_tensor) {
+    if (v == tracer::kNoValue) {
       problem = "returns several tensors";
     } else if (g.RootOf(v) != v) {
       problem = "returns a view";
@@ -280,7 +287,6 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     forward->outputs.insert(forward->outputs.end(), saved_values.begin(), saved_values.end());
     b->forward_graph_ = std::move(forward);
   }
-  for (const tracer::Node& n : g.nodes) b->forward_ops_.push_back(n.op);
   b->fn_ = fn;
   b->name_ = options.name + ".backward";
   b->num_args_ = g.arg_kinds.size();
@@ -314,31 +320,31 @@ void CompiledBackward::UseSaved(tracer::TraceResult* t) const {
       break;
     }
   }
-  const size_t prefix = end >= forward_ops_.size() ? end - forward_ops_.size() : 0;
-  if (end < forward_ops_.size()) problem = "the backward's trace has fewer forward ops than the forward";
+  const std::vector<tracer::Node>& forward = forward_graph_->nodes;  // set: UseSaved runs when something is saved
+  const size_t prefix = end >= forward.size() ? end - forward.size() : 0;
+  if (end < forward.size()) problem = "the backward's trace has fewer forward ops than the forward";
   for (size_t i = 0; problem.empty() && i < prefix; ++i) {
     if (b.nodes[i].op != "aten::detach" && b.nodes[i].op != "aten::requires_grad_") {
       problem = absl::StrCat("unexpected ", b.nodes[i].op, " at %", i, " before the recomputed forward");
     }
   }
-  for (size_t i = 0; problem.empty() && i < forward_ops_.size(); ++i) {
-    if (b.nodes[prefix + i].op != forward_ops_[i]) {
+  for (size_t i = 0; problem.empty() && i < forward.size(); ++i) {
+    if (b.nodes[prefix + i].op != forward[i].op) {
       problem = absl::StrCat("the recomputed forward has ", b.nodes[prefix + i].op, " where the forward has ",
-                             forward_ops_[i], " at %", i);
+                             forward[i].op, " at %", i);
     }
   }
   const size_t first_saved_arg = num_args_ + out_positions_.size();
   for (size_t k = 0; problem.empty() && k < saved_nodes_.size(); ++k) {
     const tracer::Node& n = b.nodes[prefix + saved_nodes_[k]];
-    const bool one_tensor = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
-                            n.returns[0].values.size() == 1;
+    const tracer::ValueId out = SingleTensorResult(n);
     const tracer::ValueId in = first_saved_arg + k < b.arg_values.size() ? b.arg_values[first_saved_arg + k]
                                                                          : tracer::kNoValue;
-    if (!one_tensor || in == tracer::kNoValue) {
+    if (out == tracer::kNoValue || in == tracer::kNoValue) {
       problem = absl::StrCat("no saved value for ", n.op, " at %", n.index);
       break;
     }
-    const tracer::TensorMeta& want = b.value(n.returns[0].values[0]).meta;
+    const tracer::TensorMeta& want = b.value(out).meta;
     const tracer::TensorMeta& have = b.value(in).meta;
     if (want.sizes != have.sizes || want.dtype != have.dtype || want.device != have.device) {
       problem = absl::StrCat("the saved output of ", n.op, " at %", n.index, " differs in shape or dtype");
@@ -455,7 +461,7 @@ std::string CompiledBackward::ExplainBackward() const { return backward_->explai
 
 std::string CompiledBackward::SavedText() const {
   std::string text;
-  for (int k : saved_nodes_) absl::StrAppend(&text, text.empty() ? "" : ", ", forward_ops_.at(k), " at %", k);
+  for (int k : saved_nodes_) absl::StrAppend(&text, text.empty() ? "" : ", ", forward_graph_->nodes.at(k).op, " at %", k);
   return text;
 }
 

@@ -67,8 +67,7 @@ class CompiledBackward : public std::enable_shared_from_this<CompiledBackward> {
   std::vector<bool> diff_outputs_;   // per output: requires grad
   std::vector<int> out_positions_;   // outputs that require grad, in order
   std::vector<int> saved_nodes_;     // forward nodes whose outputs are saved (Note [Saved outputs])
-  std::vector<std::string> forward_ops_;  // the forward graph's ops, in order
-  std::shared_ptr<const tracer::Graph> forward_graph_;
+  std::shared_ptr<const tracer::Graph> forward_graph_;  // the entry's graph + the saved outputs
   mutable std::unique_ptr<CompiledFunction> backward_;
   mutable std::atomic<bool> disabled_{false};
   mutable std::mutex mu_;
