@@ -76,6 +76,28 @@ inline bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
   }
 }
 
+// True if the n pointers are pairwise distinct (n <= HitCheck::kFusedIdentity): the pairwise
+// or-chain up to 8, beyond that a pointer-only open-addressing table on the stack (one multiply,
+// one load and one store per pointer).
+inline bool AllDistinct(const c10::TensorImpl* const* q, size_t n) noexcept {
+  constexpr size_t kPairwise = 8, kMaxSlots = 2 * 64;
+  if (n <= kPairwise) return !AnyTwoEqual(q, n);
+  int bits = 5;
+  while ((size_t{1} << bits) < 2 * n) ++bits;
+  const size_t mask = (size_t{1} << bits) - 1;
+  const void* table[kMaxSlots];
+  std::memset(table, 0, (mask + 1) * sizeof(void*));
+  for (size_t k = 0; k < n; ++k) {
+    size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(q[k]) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+    while (table[s] != nullptr) {
+      if (table[s] == q[k]) return false;
+      s = (s + 1) & mask;
+    }
+    table[s] = q[k];
+  }
+  return true;
+}
+
 IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
   IdentityCheck id;
   for (size_t i = 0; i < same_as.size(); ++i) {
@@ -318,6 +340,16 @@ std::string GuardProgram::FirstFailure(const std::vector<c10::IValue>& args,
 
 namespace {
 
+// The thread's c10::AutogradState. get_tls_state() is an out-of-line call into libc10 that reaches
+// its thread_local through __tls_get_addr (~30 instructions per hit); the object's address is
+// fixed for the thread's lifetime, so it is looked up once per thread and kept in a __thread slot.
+inline const c10::AutogradState& AutogradTls() {
+  static __thread const c10::AutogradState* cached = nullptr;
+  const c10::AutogradState* state = cached;
+  if (__builtin_expect(state == nullptr, 0)) cached = state = &c10::AutogradState::get_tls_state();
+  return *state;
+}
+
 // A device as two bytes (type, index), as the record compares it.
 inline uint16_t DeviceBits(c10::Device d) {
   return static_cast<uint16_t>(static_cast<uint8_t>(d.type()) |
@@ -448,8 +480,15 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     r.leaf = p.requires_grad->expected != 2;
     r.check_keys = p.keys != nullptr;
     r.keys = p.keys != nullptr ? static_cast<uint64_t>(p.keys->expected) : 0;
-    for (const auto& [lo, hi] : ranges) {
-      bounds_.push_back({static_cast<uint64_t>(lo), static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)});
+    r.exact = r.rank >= 0 && r.rank <= kExactDims &&
+              std::all_of(ranges.begin(), ranges.end(), [](const auto& b) { return b.first == b.second; });
+    std::fill(std::begin(r.dims), std::end(r.dims), 0);
+    if (r.exact) {
+      for (size_t d = 0; d < ranges.size(); ++d) r.dims[d] = ranges[d].first;
+    } else {
+      for (const auto& [lo, hi] : ranges) {
+        bounds_.push_back({static_cast<uint64_t>(lo), static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)});
+      }
     }
     tensors_.push_back(r);
     min_args_ = std::max(min_args_, static_cast<size_t>(arg) + 1);
@@ -484,11 +523,18 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
   rest_ = GuardProgram(std::move(rest));
 }
 
+// Note [Lean records]
+// The record loop is the part of a hit that grows with the arguments, so each record is checked
+// with as few instructions as the TensorImpl's public accessors allow: the key set first (Note
+// [Dispatch keys]), the TensorImpl pointer kept for the identity check whatever the record's kind,
+// exact sizes up to kExactDims compared from the record itself with one branch for all of them,
+// a strided layout compared against the constant (two tests on the inline path), and only then
+// the out-of-line requires_grad(). Every guard of the record is still checked on every hit.
 bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
   if (num_args < min_args_) return false;
   if (autograd_ >= 0) {
-    const c10::AutogradState& state = c10::AutogradState::get_tls_state();
+    const c10::AutogradState& state = AutogradTls();
     const int32_t now = (static_cast<int32_t>(state.get_grad_mode()) << 1) |
                         static_cast<int32_t>(state.get_inference_mode());
     if (now != autograd_) return false;
@@ -497,20 +543,33 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     const c10::impl::PODLocalDispatchKeySet& keys = c10::impl::raw_local_dispatch_key_set;
     if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
   }
-  // Note [Argument identity]: all records distinct, compared as the records load them.
+  // Note [Argument identity]: all records distinct, compared on the pointers the records load.
   const c10::TensorImpl* seen[kFusedIdentity];
-  size_t num_seen = 0;
+  const c10::TensorImpl** next_seen = seen;
+  const bool fused = fused_identity_;
   for (const TensorRecord& r : tensors_) {
     const c10::IValue& v = args[r.arg];
     if (!v.isTensor()) return false;
     const c10::TensorImpl* t = v.unsafeToTensorImpl();
     // Note [Dispatch keys]: before anything else of the tensor (a nested tensor's sizes() throws).
     if (r.check_keys && t->key_set().raw_repr() != r.keys) return false;
-    seen[num_seen] = t;
-    num_seen += fused_identity_;
+    *next_seen = t;
+    next_seen += fused;
     // The undefined tensor's dtype is Undefined, which no record expects.
     if (t->dtype() != r.dtype) return false;
-    if (r.rank >= 0) {
+    if (r.exact) {
+      const c10::IntArrayRef sizes = t->sizes();
+      if (sizes.size() != static_cast<size_t>(r.rank)) return false;
+      uint64_t diff = 0;
+      switch (r.rank) {
+        case 4: diff |= static_cast<uint64_t>(sizes[3] ^ r.dims[3]); [[fallthrough]];
+        case 3: diff |= static_cast<uint64_t>(sizes[2] ^ r.dims[2]); [[fallthrough]];
+        case 2: diff |= static_cast<uint64_t>(sizes[1] ^ r.dims[1]); [[fallthrough]];
+        case 1: diff |= static_cast<uint64_t>(sizes[0] ^ r.dims[0]); break;
+        default: break;
+      }
+      if (diff != 0) return false;
+    } else if (r.rank >= 0) {
       const c10::IntArrayRef sizes = t->sizes();
       if (sizes.size() != static_cast<size_t>(r.rank)) return false;
       const DimBound* b = bounds_.data() + r.first_bound;
@@ -518,14 +577,15 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
         if (static_cast<uint64_t>(sizes[d]) - b[d].lo > b[d].span) return false;
       }
     }
-    if (DeviceBits(t->device()) != r.device || static_cast<int8_t>(t->layout()) != r.layout ||
-        t->requires_grad() != r.requires_grad) {
+    if (r.layout == static_cast<int8_t>(c10::kStrided) ? t->layout() != c10::kStrided
+                                                        : static_cast<int8_t>(t->layout()) != r.layout) {
       return false;
     }
+    if (DeviceBits(t->device()) != r.device || t->requires_grad() != r.requires_grad) return false;
     // Note [Leaf guard]: only tensors that require grad have a leafness to check.
     if (r.requires_grad && v.toTensor().is_leaf() != r.leaf) return false;
   }
-  if (fused_identity_ && AnyTwoEqual(seen, num_seen)) return false;
+  if (fused && !AllDistinct(seen, static_cast<size_t>(next_seen - seen))) return false;
   if (check_identity_ && !identity_.Holds(args)) return false;
   return rest_.size() == 0 || rest_.Check(args, num_args);
 }

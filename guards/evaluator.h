@@ -108,9 +108,11 @@ class HitCheck {
     uint64_t lo;
     uint64_t span;
   };
+  // Ranks up to this with every size exact keep their sizes in the record (Note [Lean records]).
+  static constexpr int32_t kExactDims = 4;
   struct TensorRecord {
     int32_t arg;
-    uint32_t first_bound;     // into bounds_; `rank` of them when rank >= 0
+    uint32_t first_bound;     // into bounds_; `rank` of them when rank >= 0 and not exact
     int32_t rank;             // -1: not guarded (then no size is)
     caffe2::TypeMeta dtype;   // never Undefined, so an undefined tensor fails here
     uint16_t device;          // DeviceBits of the kDevice guard
@@ -118,7 +120,9 @@ class HitCheck {
     bool requires_grad;
     bool leaf;                // requires_grad: is a leaf (Note [Leaf guard] in guards/builder.cc)
     bool check_keys;          // a kDispatchKeys guard (Note [Dispatch keys])
+    bool exact;               // 0 <= rank <= kExactDims and every size exact: in dims
     uint64_t keys;
+    int64_t dims[kExactDims];
   };
   int64_t arg_count_ = -1;   // -1: not guarded
   int32_t autograd_ = -1;    // grad << 1 | inference; -1: not both guarded (then in rest_)
@@ -127,7 +131,9 @@ class HitCheck {
   size_t min_args_ = 0;      // records index args below this
   std::vector<TensorRecord> tensors_;
   std::vector<DimBound> bounds_;
-  static constexpr size_t kFusedIdentity = 8;
+  // Up to this many tensor records, an all-distinct kArgIdentity guard is checked on the pointers
+  // the record loop loaded (Note [Argument identity]).
+  static constexpr size_t kFusedIdentity = 64;
   bool fused_identity_ = false;  // the kArgIdentity guard says all distinct: checked in the record loop
   bool check_identity_ = false;  // the kArgIdentity guard, after the records (their types checked)
   IdentityCheck identity_;

@@ -26,9 +26,11 @@ class ReplayArtifact final : public Artifact {
       }
     }
     const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
+    const std::vector<bool> below = codegen::BelowAutogradNodes(g);
     for (const tracer::Node& n : g.nodes) {
       steps_.push_back(codegen::MakeOpStep(g, n, slots));
       steps_.back().no_grad = history_free[n.index];
+      steps_.back().below_autograd = below[n.index];
     }
     for (ValueId id : g.outputs) {
       Output out;

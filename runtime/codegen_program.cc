@@ -47,6 +47,10 @@ enum class Op : uint8_t {
 // ATen call's own overhead (~2 us) is most of its time (measured: bench/models_bench on 2.13).
 constexpr int64_t kMaxProgramMacs = int64_t{1} << 14;
 
+// Note [Column reductions]: accumulators a column-form reduction keeps on the stack (16 KB of
+// doubles).
+constexpr int64_t kMaxColumnAccumulators = 2048;
+
 struct Classified {
   Op op = Op::kElementwise;
   std::string fill;  // kFill / kFactory: the literal ("" for empty)
@@ -635,10 +639,14 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
   for (int i = first; i <= last; ++i) Blocker(g, g.nodes[i], {}, true, &cls[i]);
   const Sim s = Simulate(g, first, last, cls, last_user, returned);
 
-  // Loops: consecutive elementwise nodes of one result shape.
+  // Loops: consecutive elementwise nodes of one result shape. A factory with a fill value
+  // (zeros_like, full, ...) joins them as a constant (Note [Constant factories]).
   std::vector<int> group(g.nodes.size(), -1);
+  auto in_loop = [&](int i) {
+    return cls[i].op == Op::kElementwise || (cls[i].op == Op::kFactory && !cls[i].fill.empty());
+  };
   for (int i = first; i <= last; ++i) {
-    if (cls[i].op != Op::kElementwise) continue;
+    if (!in_loop(i)) continue;
     const bool joins = i > first && group[i - 1] >= 0 &&
                        g.value(g.nodes[i - 1].returns[0].values[0]).meta.sizes ==
                            g.value(g.nodes[i].returns[0].values[0]).meta.sizes;
@@ -651,7 +659,7 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
   for (int i = first; i <= last; ++i) {
     const ValueId out = g.nodes[i].returns[0].values[0];
     if (s.loc.at(out).base != out) continue;
-    bool needed = cls[i].op != Op::kElementwise || out_of.count(out) > 0;
+    bool needed = !in_loop(i) || out_of.count(out) > 0;
     for (int j = i + 1; j <= last && !needed; ++j) {
       if (group[j] >= 0 && group[j] == group[i]) continue;
       for (ValueId v : tracer::InputValues(g.nodes[j])) needed |= v == out;
@@ -689,15 +697,21 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
     const Loc& result = s.loc.at(out);
     const size_t rank = m.sizes.size();
     const char* t = CType(m.dtype);
-    switch (cls[i].op) {
+    switch (group[i] >= 0 ? Op::kElementwise : cls[i].op) {
       case Op::kView:
         ++i;
         continue;
       case Op::kElementwise: {
-        std::vector<int> nodes;
-        for (int j = i; j <= last && group[j] == group[i]; ++j) nodes.push_back(j);
+        // Note [Constant factories]: a factory in the loop is a constant of its dtype (it reads
+        // nothing of its argument but the shape, which the group shares); it is stored only if
+        // something outside the loop reads it.
+        std::vector<int> nodes, factories;
+        for (int j = i; j <= last && group[j] == group[i]; ++j) {
+          (cls[j].op == Op::kFactory ? factories : nodes).push_back(j);
+        }
         std::set<ValueId> made;
         std::vector<ValueId> loads;
+        for (int j : factories) made.insert(g.nodes[j].returns[0].values[0]);
         for (int j : nodes) {
           for (int a = 0; a < TensorOperands(g.nodes[j]); ++a) {
             const ValueId v = g.nodes[j].args[a].value;
@@ -706,7 +720,14 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
           made.insert(g.nodes[j].returns[0].values[0]);
         }
         std::string body = Loads(g, s, loads, rank);
+        for (int j : factories) {
+          const ValueId v = g.nodes[j].returns[0].values[0];
+          absl::StrAppend(&body, "    const ", CType(g.value(v).meta.dtype), " v", v, " = ", cls[j].fill, ";  // %", j,
+                          " = ", g.nodes[j].op, "\n");
+        }
         absl::StrAppend(&body, NodeStatements(g, nodes, "    "));
+        nodes.insert(nodes.end(), factories.begin(), factories.end());
+        std::sort(nodes.begin(), nodes.end());
         for (int j : nodes) {
           const ValueId v = g.nodes[j].returns[0].values[0];
           if (stored.count(v)) absl::StrAppend(&body, "    ", At(s.loc.at(v), rank), " = v", v, ";\n");
@@ -775,9 +796,31 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
             }
           }
         }
-        const std::string finish =
-            mean ? absl::StrCat("static_cast<", t, ">(acc) / ", LiteralOf(static_cast<double>(count), m.dtype))
-                 : absl::StrCat("static_cast<", t, ">(acc)");
+        auto finish_of = [&](const std::string& a) {
+          return mean ? absl::StrCat("static_cast<", t, ">(", a, ") / ", LiteralOf(static_cast<double>(count), m.dtype))
+                      : absl::StrCat("static_cast<", t, ">(", a, ")");
+        };
+        const std::string finish = finish_of("acc");
+        // Note [Column reductions]: when the input's innermost dim is kept (a sum over the rows of
+        // a matrix, as every bias gradient is), one accumulator per result element lives in an
+        // array, the loops run over the input in its own order and the innermost one over vector
+        // lanes, each lane adding into its own accumulator. The reduced-innermost form below
+        // would walk the input with a stride and a single dependent chain per result element.
+        // Each accumulator adds its elements in increasing index order, in double (int64_t for
+        // integers) as below.
+        const int64_t kept_count = Numel(m.sizes);
+        if (in_rank >= 2 && !reduced[in_rank - 1] && count > 1 && kept_count <= kMaxColumnAccumulators) {
+          const std::string col = absl::StrCat("col", out);
+          std::string code = absl::StrCat("  // %", i, " = ", n.op, " (column form)\n  {\n  ", acc, " ", col, "[",
+                                          kept_count, "];\n  for (int64_t k = 0; k < ", kept_count, "; ++k) ", col,
+                                          "[k] = 0;\n");
+          absl::StrAppend(&code, Nest(l.sizes, absl::StrCat("    ", col, "[", Index(target, in_rank), "] += ",
+                                                             At(l, in_rank), ";\n"), " "));
+          absl::StrAppend(&code, "  for (int64_t k = 0; k < ", kept_count, "; ++k) ", Ptr(result), "[k] = ",
+                          finish_of(absl::StrCat(col, "[k]")), ";\n  }\n");
+          absl::StrAppend(&src, code);
+          break;
+        }
         // Loops over the kept dims outside, one accumulator (double for floating dtypes) per
         // result element, the reduced dims inside (the innermost over vector lanes).
         std::string code = absl::StrCat("  // %", i, " = ", n.op, "\n  {\n");

@@ -2,6 +2,7 @@
 // nodes of the code-generating backend.
 #include "runtime/codegen_replay.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
@@ -144,8 +145,52 @@ namespace {
 bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack, std::string* failure);
 }  // namespace
 
+namespace {
+thread_local bool below_autograd_allowed = false;
+thread_local int64_t below_autograd_calls = 0;
+}  // namespace
+
+int64_t BelowAutogradCallsOnThisThread() { return below_autograd_calls; }
+
+ScopedBelowAutograd::ScopedBelowAutograd() : previous_(below_autograd_allowed) { below_autograd_allowed = true; }
+ScopedBelowAutograd::~ScopedBelowAutograd() { below_autograd_allowed = previous_; }
+
+std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
+  std::vector<char> observable(g.values.size(), 0);
+  for (tracer::ValueId o : g.outputs) {
+    if (o != tracer::kNoValue) observable[o] = 1;
+  }
+  for (const tracer::Value& v : g.values) {
+    if (v.alias_of != tracer::kNoValue) observable[v.alias_of] = 1;
+  }
+  for (const tracer::Node& n : g.nodes) {
+    if (!n.mutates) continue;
+    for (tracer::ValueId v : tracer::InputValues(n)) {
+      if (v != tracer::kNoValue) observable[v] = 1;
+    }
+  }
+  std::vector<bool> below(g.nodes.size(), false);
+  for (const tracer::Node& n : g.nodes) {
+    if (n.mutates || n.mode) continue;
+    bool ok = true;
+    for (const tracer::NodeReturn& r : n.returns) {
+      for (tracer::ValueId v : r.values) {
+        ok = ok && (v == tracer::kNoValue || g.value(v).alias_of == tracer::kNoValue || !observable[v]);
+      }
+    }
+    below[n.index] = ok;
+  }
+  return below;
+}
+
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure) {
+  if (s.below_autograd && below_autograd_allowed && (s.no_grad || !c10::GradMode::is_enabled())) {
+    c10::AutoGradMode off(false);
+    at::AutoDispatchBelowADInplaceOrView below;
+    ++below_autograd_calls;
+    return RunOpStepInMode(s, slots, stack, failure);
+  }
   if (s.no_grad && !s.mode && c10::GradMode::is_enabled()) {  // Note [History-free nodes]
     c10::AutoGradMode off(false);
     return RunOpStepInMode(s, slots, stack, failure);

@@ -80,6 +80,38 @@ struct OpStep {
   std::optional<tracer::ThreadMode> mode;  // Note [Thread modes]: the state the call runs under
   UnboxedFn unboxed = nullptr;              // set when the op has an exact unboxed match
   bool no_grad = false;  // Note [History-free nodes]: runs with grad mode off
+  bool below_autograd = false;  // Note [Below autograd]: may skip the autograd and view-tracking keys
+};
+
+// Note [Below autograd]
+// With grad mode off, an op's Autograd kernel records nothing and only redispatches, and its
+// ADInplaceOrView kernel matters only for views (their view metadata and the version counter they
+// share with their base) and for writes in place (version bumps). A replayed view op still paid
+// for both: `t` of a parameter built a DifferentiableViewMeta on every call (measured: 6% of an
+// MLP training step). Where Warden is the autograd (inside the compiled backward's forward, whose
+// outputs get a WardenNode, and inside its backward graph: ScopedBelowAutograd), a step whose
+// result cannot be observed as a view runs below both keys (at::AutoDispatchBelowADInplaceOrView),
+// with grad mode off as it was to run anyway. BelowAutogradNodes says which nodes qualify: none
+// that writes in place or runs under a recorded thread mode, and none with a result that views
+// another value and is returned, written by any node, or viewed by another value (its version
+// counter and base would then be observable). The same call elsewhere keeps every key: a tensor
+// with a forward-mode gradient needs the Autograd kernel even with grad mode off.
+std::vector<bool> BelowAutogradNodes(const tracer::Graph& graph);
+
+// Steps this thread has run below the autograd keys so far (tests).
+int64_t BelowAutogradCallsOnThisThread();
+
+// While alive, steps marked below_autograd run below the autograd keys on this thread (Note [Below
+// autograd]). Nests.
+class ScopedBelowAutograd {
+ public:
+  ScopedBelowAutograd();
+  ~ScopedBelowAutograd();
+  ScopedBelowAutograd(const ScopedBelowAutograd&) = delete;
+  ScopedBelowAutograd& operator=(const ScopedBelowAutograd&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // Note [History-free nodes]

@@ -35,6 +35,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/codegen_replay.h"
 #include "runtime/function_impl.h"
 #include "runtime/logging.h"
 
@@ -410,6 +411,7 @@ bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValu
   std::vector<at::Tensor> returned;
   try {
     // A TensorList (not a std::vector) is what Function::apply counts as its inputs.
+    codegen::ScopedBelowAutograd below;  // Note [Below autograd]: the WardenNode is the history
     returned = WardenNode::apply(at::TensorList(diff_inputs), this, &forward, &args, &all);
   } catch (const ForwardFailed& f) {
     *value_guard_failure = f.why;
@@ -444,7 +446,10 @@ std::vector<at::Tensor> CompiledBackward::Backward(const std::vector<c10::IValue
   } else {
     c10::AutoGradMode enable(true);  // the body differentiates; its graph is recorded grad-on
     const int64_t eager_before = backward_->stats().eager_calls;
-    result = (*backward_)(a);
+    {
+      codegen::ScopedBelowAutograd below;  // Note [Below autograd]: nothing records the gradients' history
+      result = (*backward_)(a);
+    }
     if (backward_->stats().eager_calls > eager_before && !disabled_.exchange(true)) {
       std::lock_guard<std::mutex> lock(mu_);
       disabled_why_ = "its gradient could not be captured (explain() of the backward function says why)";

@@ -154,9 +154,11 @@ class CppArtifact final : public CodegenArtifact {
       if (g.arg_values[i] != tracer::kNoValue) inputs_.push_back({static_cast<int>(i), slots.Slot(g.arg_values[i])});
     }
     const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
+    const std::vector<bool> below = codegen::BelowAutogradNodes(g);
     for (const tracer::Node& n : g.nodes) {
       ops_.push_back(codegen::MakeOpStep(g, n, slots));
       ops_.back().no_grad = history_free[n.index];
+      ops_.back().below_autograd = below[n.index];
     }
 
     std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);

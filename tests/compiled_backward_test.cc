@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "bench/radon.h"
+#include "runtime/codegen_replay.h"
 #include "runtime/warden.h"
 #include "tests/gradient_checks.h"
 
@@ -368,6 +369,53 @@ TEST_P(CompiledBackwardTest, OutputsSharingStorageKeepAutograd) {
     ExpectClose(x.grad(), x2.grad(), "grad through three aliased outputs");
   }
   EXPECT_THAT(f.explain(), HasSubstr("two outputs are the same tensor or views of one storage"));
+}
+
+// Note [Below autograd]: inside the compiled backward (its forward and its backward graph), a
+// replayed view of a parameter that nothing else can observe (t(W) read by a matmul or a product)
+// runs below the autograd and view-tracking keys; gradients, parameter versions and a view the
+// function returns stay as in eager.
+TEST_P(CompiledBackwardTest, ReplayedViewsInsideTheCompiledBackwardSkipTheAutogradKeys) {
+  const bool cpp = std::string(GetParam()) == "cpp";
+  torch::manual_seed(5);
+  const at::Tensor w0 = torch::randn({64, 64}) * 0.1, b0 = torch::randn({64});
+  // On cpp a matmul graph gets the compiled backward (the matmul's t(W) is replayed); on aten only
+  // a graph without matmuls does (t(W) feeds a product).
+  auto body = [cpp](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return cpp ? (x.mm(w.t()) + b).relu().sum() : (x * w.t() + b).tanh().sum();
+  };
+  const at::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  const at::Tensor we = w0.clone().requires_grad_(), be = b0.clone().requires_grad_();
+  auto f = warden::compile([&](const Args& a) -> std::vector<at::Tensor> { return {body(a[0].toTensor(), w, b)}; },
+                           Opts("below_autograd"));
+  for (int step = 0; step < 4; ++step) {
+    const at::Tensor x = torch::randn({cpp ? 16 : 64, 64});
+    const int64_t before = warden::codegen::BelowAutogradCallsOnThisThread();
+    const at::Tensor loss = f({x})[0];
+    loss.backward();
+    const int64_t below = warden::codegen::BelowAutogradCallsOnThisThread() - before;
+    const at::Tensor want = body(x, we, be);
+    want.backward();
+    ExpectClose(loss, want, "loss at step " + std::to_string(step), 1e-4, 1e-5);
+    ExpectClose(w.grad(), we.grad(), "w.grad at step " + std::to_string(step), 1e-4, 1e-5);
+    ExpectClose(b.grad(), be.grad(), "b.grad at step " + std::to_string(step), 1e-4, 1e-5);
+    EXPECT_EQ(w._version(), we._version());
+    EXPECT_EQ(b._version(), be._version());
+    if (step > 0) EXPECT_GT(below, 0) << "no step ran below the autograd keys\n" << f.explain();
+  }
+  EXPECT_THAT(f.explain(), HasSubstr(", 0 eager)")) << f.explain();
+
+  // A view the function returns is a real view of the parameter, with its version counter.
+  auto g = warden::compile(
+      [&](const Args& a) -> std::vector<at::Tensor> { return {(a[0].toTensor() * w).tanh().sum(), w.t()}; },
+      Opts("returned_view"));
+  for (int call = 0; call < 3; ++call) {
+    const auto out = g({torch::randn({64, 64})});
+    ASSERT_TRUE(out[1].is_view());
+    EXPECT_TRUE(out[1]._base().is_same(w));
+    EXPECT_EQ(out[1]._version(), w._version());
+    out[0].backward();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CompiledBackwardTest, ::testing::Values("aten", "cpp"));

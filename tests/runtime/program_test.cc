@@ -470,6 +470,38 @@ TEST(Programs, PartialFloatSumsAreAccurate) {
   }
 }
 
+// Note [Column reductions] and Note [Constant factories]: reductions that keep the innermost dim
+// (a bias gradient's sum over rows, a mean over leading dims, an integer column sum, a middle dim)
+// accumulate per result element in the input's order, and the relu-backward pattern
+// where(x <= 0, zeros_like(g), g) is one loop with the zeros as a constant; all equal eager.
+TEST(Programs, ColumnReductionsAndConstantFactories) {
+  ScopedCacheDir dir;
+  auto fn = [](const Args& a) -> Outputs {
+    const at::Tensor x = a[0].toTensor(), g = a[1].toTensor(), k = a[2].toTensor(), v = a[3].toTensor();
+    const at::Tensor masked = at::where(x.le(0), at::zeros_like(g), g);
+    return {masked,
+            masked.sum(0),
+            (x * 2).mean(at::IntArrayRef{0}, /*keepdim=*/true),
+            (k + 1).sum(0),
+            (v - 1).sum(1),
+            (v * 3).sum(at::IntArrayRef{0, 1}, /*keepdim=*/true),
+            (v + 0.5).mean(at::IntArrayRef{0, 2})};
+  };
+  CompiledFunction f = compile(fn, Cpp("columns"));
+  ExpectProgramMatches(
+      f, fn,
+      [](int c) {
+        torch::manual_seed(40 + c);
+        return Args{torch::randn({32, 24}), torch::randn({32, 24}), torch::randint(-50, 50, {9, 5}, torch::kLong),
+                    torch::randn({4, 5, 6}, torch::kDouble)};
+      },
+      3, 1e-6);
+  const std::string source = json::parse(f.explain_json())["entries"][0]["generated_source"].get<std::string>();
+  EXPECT_THAT(source, HasSubstr("(column form)")) << source;
+  EXPECT_THAT(source, HasSubstr("= aten::zeros_like\n")) << source;  // a constant inside the loop
+  EXPECT_EQ(source.find("= aten::zeros_like\n  {"), std::string::npos) << "zeros_like got its own loop\n" << source;
+}
+
 // index_add with a 0-dim source (ATen takes it for a 1-D self) is not a program, and still
 // equals eager.
 TEST(Programs, IndexAddOfAZeroDimSource) {
