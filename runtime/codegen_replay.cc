@@ -156,12 +156,13 @@ ScopedBelowAutograd::ScopedBelowAutograd() : previous_(below_autograd_allowed) {
 ScopedBelowAutograd::~ScopedBelowAutograd() { below_autograd_allowed = previous_; }
 
 std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
+  // observable[v]: a view v would show its base or version counter to someone: it is returned,
+  // written, or the base of a view that is itself observable or made with every key (that view
+  // would record v as its base). Views come after their bases, so one pass from the last node
+  // settles each value before the values it views.
   std::vector<char> observable(g.values.size(), 0);
   for (tracer::ValueId o : g.outputs) {
     if (o != tracer::kNoValue) observable[o] = 1;
-  }
-  for (const tracer::Value& v : g.values) {
-    if (v.alias_of != tracer::kNoValue) observable[v.alias_of] = 1;
   }
   for (const tracer::Node& n : g.nodes) {
     if (!n.mutates) continue;
@@ -170,15 +171,21 @@ std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
     }
   }
   std::vector<bool> below(g.nodes.size(), false);
-  for (const tracer::Node& n : g.nodes) {
-    if (n.mutates || n.mode) continue;
-    bool ok = true;
+  for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k) {
+    const tracer::Node& n = g.nodes[k];
+    bool ok = !n.mutates && !n.mode;
     for (const tracer::NodeReturn& r : n.returns) {
       for (tracer::ValueId v : r.values) {
         ok = ok && (v == tracer::kNoValue || g.value(v).alias_of == tracer::kNoValue || !observable[v]);
       }
     }
-    below[n.index] = ok;
+    below[k] = ok;
+    for (const tracer::NodeReturn& r : n.returns) {
+      for (tracer::ValueId v : r.values) {
+        if (v == tracer::kNoValue || g.value(v).alias_of == tracer::kNoValue) continue;
+        if (!ok || observable[v]) observable[g.value(v).alias_of] = 1;
+      }
+    }
   }
   return below;
 }
