@@ -165,7 +165,11 @@ std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
     if (o != tracer::kNoValue) observable[o] = 1;
   }
   for (const tracer::Node& n : g.nodes) {
-    if (!n.mutates) continue;
+    // A composite op's kernel may branch on its inputs' requires_grad(), which a view of a
+    // parameter made below the keys does not report (one made with them does, even with grad mode
+    // off): its inputs keep their keys, so the kernel takes eager's path.
+    const bool composite = n.handle && n.handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (!n.mutates && !composite) continue;
     for (tracer::ValueId v : tracer::InputValues(n)) {
       if (v != tracer::kNoValue) observable[v] = 1;
     }
@@ -182,8 +186,14 @@ std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
     below[k] = ok;
     for (const tracer::NodeReturn& r : n.returns) {
       for (tracer::ValueId v : r.values) {
-        if (v == tracer::kNoValue || g.value(v).alias_of == tracer::kNoValue) continue;
-        if (!ok || observable[v]) observable[g.value(v).alias_of] = 1;
+        if (v == tracer::kNoValue || g.value(v).alias_of == tracer::kNoValue || (ok && !observable[v])) continue;
+        // alias_of names one input that shares the storage, not necessarily the one viewed (an op
+        // with several tensor inputs, broadcast_tensors): every input of that storage counts.
+        const tracer::ValueId root = g.RootOf(v);
+        observable[g.value(v).alias_of] = 1;
+        for (tracer::ValueId u : tracer::InputValues(n)) {
+          if (u != tracer::kNoValue && g.RootOf(u) == root) observable[u] = 1;
+        }
       }
     }
   }

@@ -93,9 +93,11 @@ struct OpStep {
 // result cannot be observed as a view runs below both keys (at::AutoDispatchBelowADInplaceOrView),
 // with grad mode off as it was to run anyway. BelowAutogradNodes says which nodes qualify: none
 // that writes in place or runs under a recorded thread mode, and none with a result that views
-// another value and is returned, read by a node that writes in place, or the base of a view that
-// is itself observable or made with every key (its base or version counter would show). A chain of
-// views read only by functional ops (t(t(g)) feeding a matmul) runs below. The same call elsewhere
+// another value and is returned, read by a node that writes in place or by a composite op (whose
+// kernel may branch on requires_grad(), which a view of a parameter reports only when made with the
+// keys), or the base (any input of the same storage) of a view that is itself observable or made
+// with every key (its base or version counter would show). A chain of views read only by
+// non-composite functional ops (t(t(g)) feeding a matmul) runs below. The same call elsewhere
 // keeps every key: a tensor with a forward-mode gradient needs the Autograd kernel even with grad
 // mode off.
 std::vector<bool> BelowAutogradNodes(const tracer::Graph& graph);

@@ -81,7 +81,12 @@ struct WardenNode : public torch::autograd::Function<WardenNode> {
                                                 const std::vector<c10::IValue>* args, std::vector<at::Tensor>* all) {
     std::vector<at::Tensor>& outputs = *all;
     std::string failure;
-    if (!artifact->Run(*args, &outputs, &failure)) throw ForwardFailed{failure};
+    bool ran;
+    {
+      codegen::ScopedBelowAutograd below;  // Note [Below autograd]: this node is the outputs' history
+      ran = artifact->Run(*args, &outputs, &failure);
+    }
+    if (!ran) throw ForwardFailed{failure};
     auto state = c10::make_intrusive<CallState>();
     // The artifact's extra outputs are what the backward saves (never seen by the caller).
     const size_t num_outputs = self->diff_outputs().size();
@@ -299,6 +304,9 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
       [raw](const std::vector<c10::IValue>& a) { return raw->Body(a, /*create_graph=*/false); }, bo));
   if (!saved_nodes.empty()) {
     ImplAccess::Of(*b->backward_).post_trace_ = [raw](tracer::TraceResult* t) { raw->UseSaved(t); };
+    // Note [Below autograd]: the backward graph's artifacts (not the user's code it traces or runs
+    // eagerly) replay with nothing recording the gradients' history.
+    ImplAccess::Of(*b->backward_).below_autograd_ = true;
   }
   return b;
 }
@@ -411,7 +419,6 @@ bool CompiledBackward::Run(const Artifact& forward, const std::vector<c10::IValu
   std::vector<at::Tensor> returned;
   try {
     // A TensorList (not a std::vector) is what Function::apply counts as its inputs.
-    codegen::ScopedBelowAutograd below;  // Note [Below autograd]: the WardenNode is the history
     returned = WardenNode::apply(at::TensorList(diff_inputs), this, &forward, &args, &all);
   } catch (const ForwardFailed& f) {
     *value_guard_failure = f.why;
@@ -446,10 +453,7 @@ std::vector<at::Tensor> CompiledBackward::Backward(const std::vector<c10::IValue
   } else {
     c10::AutoGradMode enable(true);  // the body differentiates; its graph is recorded grad-on
     const int64_t eager_before = backward_->stats().eager_calls;
-    {
-      codegen::ScopedBelowAutograd below;  // Note [Below autograd]: nothing records the gradients' history
-      result = (*backward_)(a);
-    }
+    result = (*backward_)(a);
     if (backward_->stats().eager_calls > eager_before && !disabled_.exchange(true)) {
       std::lock_guard<std::mutex> lock(mu_);
       disabled_why_ = "its gradient could not be captured (explain() of the backward function says why)";

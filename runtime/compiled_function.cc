@@ -11,6 +11,7 @@
 #include "guards/builder.h"
 #include "runtime/codegen_artifact.h"
 #include "runtime/codegen_compiler.h"
+#include "runtime/codegen_replay.h"
 #include "runtime/compile_pool.h"
 #include "runtime/dynamism_profile.h"
 #include "runtime/hazard.h"
@@ -469,6 +470,15 @@ class UnlockedForUserCode {
   std::condition_variable& done_;
 };
 
+bool CompiledFunction::Impl::RunEntry(const CacheEntry& e, const std::vector<c10::IValue>& args,
+                                      std::vector<at::Tensor>* outputs, std::string* failure) const {
+  if (__builtin_expect(below_autograd_, 0)) {
+    codegen::ScopedBelowAutograd below;
+    return e.Run(args, outputs, failure);
+  }
+  return e.Run(args, outputs, failure);
+}
+
 std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IValue>& args) {
   const int64_t call_index = calls_.fetch_add(1, std::memory_order_relaxed);
   if (tracer::IsTracing()) {
@@ -494,7 +504,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IVal
         if (!e->hit.Check(args.data(), args.size()) || !e->modules.Check() || !e->Verified(args.data())) continue;
         std::vector<at::Tensor> outputs;
         std::string failure;
-        if (e->Run(args, &outputs, &failure)) {
+        if (RunEntry(*e, args, &outputs, &failure)) {
           if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
           // Per-entry hits are for explain() only: a plain increment (no locked instruction on the
           // hot path) that may undercount when threads hit the same entry at once.
@@ -544,7 +554,7 @@ std::vector<at::Tensor> CompiledFunction::Impl::Miss(const std::vector<c10::IVal
     }
     std::vector<at::Tensor> outputs;
     std::string failure;
-    if (e->Run(args, &outputs, &failure)) {
+    if (RunEntry(*e, args, &outputs, &failure)) {
       if (e->modules.writes_flags()) e->modules.ApplyFlagWrites();
       slow_hits_.fetch_add(1);
       e->hits.fetch_add(1);

@@ -162,6 +162,11 @@ class CompiledFunction::Impl {
   // backward substitutes the forward's saved outputs: Note [Compiled backward]). Set once, before
   // the first call.
   std::function<void(tracer::TraceResult*)> post_trace_;
+  // Note [Below autograd]: set for a compiled backward's backward function; its artifacts run
+  // under codegen::ScopedBelowAutograd (RunEntry).
+  bool below_autograd_ = false;
+  bool RunEntry(const CacheEntry& e, const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
+                std::string* failure) const;
   bool mode_warned_ = false;                       // the unwatched-mode-flag warning was given
   bool tracing_ = false;  // a miss runs the user's function with mu_ released (Note [No lock around user code])
   std::condition_variable traced_cv_;  // notified when tracing_ turns false
