@@ -49,12 +49,12 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
 
 // Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. Up to
 // kPairwise tensor arguments every pair is compared without a branch per pair (for the common
-// all-distinct case an or of equalities); more go through an open-addressing table on the stack,
+// all-distinct case an or of equalities); more go through an open-addressing table on the stack
+// (pointers only when all must be distinct: AllDistinct, which HitCheck's record loop also uses),
 // which finds each one's first equal argument in O(1) expected; past kHashed (the stack budget)
 // the pairwise loop runs on the arguments directly. Any number of arguments is checked exactly.
 // True if two of the n pointers are equal, without a branch per pair: straight-line for the
-// usual small counts, the pairs loop beyond. For the all-distinct check of IdentityCheck::Holds
-// and of HitCheck's record loop (n <= 8 there).
+// usual small counts, the pairs loop beyond (AllDistinct's small case).
 inline bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
   switch (n) {
     case 0:
@@ -76,12 +76,16 @@ inline bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
   }
 }
 
-// True if the n pointers are pairwise distinct (n <= HitCheck::kFusedIdentity): the pairwise
-// or-chain up to 8, beyond that a pointer-only open-addressing table on the stack (one multiply,
-// one load and one store per pointer).
+// Up to kPairwiseIdentity pointers are compared pairwise; AllDistinct takes up to
+// kMaxDistinctPointers.
+constexpr size_t kPairwiseIdentity = 8, kMaxDistinctPointers = 64;
+
+// True if the n pointers (n <= kMaxDistinctPointers) are pairwise distinct: the pairwise or-chain
+// up to kPairwiseIdentity, beyond that a pointer-only open-addressing table on the stack (one
+// multiply, one load and one store per pointer).
 inline bool AllDistinct(const c10::TensorImpl* const* q, size_t n) noexcept {
-  constexpr size_t kPairwise = 8, kMaxSlots = 2 * 64;
-  if (n <= kPairwise) return !AnyTwoEqual(q, n);
+  constexpr size_t kMaxSlots = 2 * kMaxDistinctPointers;
+  if (n <= kPairwiseIdentity) return !AnyTwoEqual(q, n);
   int bits = 5;
   while ((size_t{1} << bits) < 2 * n) ++bits;
   const size_t mask = (size_t{1} << bits) - 1;
@@ -112,12 +116,16 @@ IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
 }
 
 bool IdentityCheck::Holds(const c10::IValue* values) const noexcept {
-  constexpr size_t kPairwise = 8, kHashed = 512, kSlots = 2 * kHashed;
+  constexpr size_t kPairwise = kPairwiseIdentity, kHashed = 512, kSlots = 2 * kHashed;
   const size_t n = args.size();
+  if (all_distinct && n <= kMaxDistinctPointers) {
+    const c10::TensorImpl* impl[kMaxDistinctPointers];
+    for (size_t k = 0; k < n; ++k) impl[k] = values[args[k]].unsafeToTensorImpl();
+    return AllDistinct(impl, n);
+  }
   if (n <= kPairwise) {
     const c10::TensorImpl* impl[kPairwise];
     for (size_t k = 0; k < n; ++k) impl[k] = values[args[k]].unsafeToTensorImpl();
-    if (all_distinct) return !AnyTwoEqual(impl, n);
     for (size_t k = 0; k < n; ++k) {
       size_t first = k;
       for (size_t p = k; p-- > 0;) {
@@ -544,6 +552,7 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
   }
   // Note [Argument identity]: all records distinct, compared on the pointers the records load.
+  static_assert(kFusedIdentity <= kMaxDistinctPointers, "AllDistinct takes the fused records' pointers");
   const c10::TensorImpl* seen[kFusedIdentity];
   const c10::TensorImpl** next_seen = seen;
   const bool fused = fused_identity_;

@@ -705,8 +705,9 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
         // Note [Constant factories]: a factory in the loop is a constant of its dtype (it reads
         // nothing of its argument but the shape, which the group shares); it is stored only if
         // something outside the loop reads it.
-        std::vector<int> nodes, factories;
+        std::vector<int> members, nodes, factories;
         for (int j = i; j <= last && group[j] == group[i]; ++j) {
+          members.push_back(j);
           (cls[j].op == Op::kFactory ? factories : nodes).push_back(j);
         }
         std::set<ValueId> made;
@@ -726,15 +727,13 @@ std::string ProgramSource(const Graph& g, const ProgramRegion& p) {
                           " = ", g.nodes[j].op, "\n");
         }
         absl::StrAppend(&body, NodeStatements(g, nodes, "    "));
-        nodes.insert(nodes.end(), factories.begin(), factories.end());
-        std::sort(nodes.begin(), nodes.end());
-        for (int j : nodes) {
+        for (int j : members) {
           const ValueId v = g.nodes[j].returns[0].values[0];
           if (stored.count(v)) absl::StrAppend(&body, "    ", At(s.loc.at(v), rank), " = v", v, ";\n");
         }
-        absl::StrAppend(&src, "  // %", nodes.front(), "..%", nodes.back(), " on ", tracer::ShapeString(m.sizes), "\n",
-                        Nest(m.sizes, body, " "));
-        i = nodes.back() + 1;
+        absl::StrAppend(&src, "  // %", members.front(), "..%", members.back(), " on ", tracer::ShapeString(m.sizes),
+                        "\n", Nest(m.sizes, body, " "));
+        i = members.back() + 1;
         continue;
       }
       case Op::kInPlace: {

@@ -150,7 +150,7 @@ void ExpectIdentityAgreement(int n, bool records) {
     types.push_back(Type(a, i == 1 ? ArgType::kInt : ArgType::kTensor));
     if (i == 1 || !records) continue;
     // What the builder emits for every tensor argument: HitCheck then keeps a record for each,
-    // and compares all-distinct arguments in its record loop (up to 8 of them).
+    // and compares all-distinct arguments in its record loop (up to 64 of them).
     types.push_back(Make(GuardKind::kDtype, a, static_cast<int64_t>(at::kFloat)));
     types.push_back(Make(GuardKind::kDevice, a, DeviceCodeOf(distinct[0].toTensor())));
     types.push_back(Make(GuardKind::kLayout, a, static_cast<int64_t>(at::kStrided)));
@@ -175,8 +175,9 @@ void ExpectIdentityAgreement(int n, bool records) {
   ExpectAgreement({"all same", with(all_same), {all_same}, {distinct, repeated, other}});
 }
 
-// Identity through the pairwise path (up to 8 arguments; fused into the record loop when all are
-// distinct), the hashed one beyond, and the pairwise fallback past 512: the same answer as Holds().
+// Identity through the pairwise path (up to 8 arguments; fused into the record loop up to 64 when
+// all are distinct), the hashed one beyond, and the pairwise fallback past 512: the same answer as
+// Holds().
 TEST(GuardProgram, AgreesWithHoldsForArgumentIdentity) {
   for (int n : {4, 8, 9, 16, 17, 40, 600}) {
     for (bool records : {false, true}) {
