@@ -200,8 +200,46 @@ std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
   return below;
 }
 
+namespace {
+thread_local int64_t pass_through_calls = 0;
+}  // namespace
+
+int64_t PassThroughCallsOnThisThread() { return pass_through_calls; }
+
+std::vector<bool> PassThroughGradientResults(const tracer::Graph& g) {
+  std::vector<int> readers(g.values.size(), 0);
+  for (const tracer::Node& n : g.nodes) {
+    for (tracer::ValueId v : tracer::InputValues(n)) {
+      if (v != tracer::kNoValue) ++readers[v];
+    }
+  }
+  for (tracer::ValueId o : g.outputs) {
+    if (o != tracer::kNoValue) readers[o] += 2;  // returned: never passed through
+  }
+  std::vector<bool> pass(g.nodes.size(), false);
+  for (const tracer::Node& n : g.nodes) {
+    if (!n.gradient_result || n.op != "aten::detach" || n.mode || n.mutates || n.args.size() != 1 ||
+        n.args[0].kind != tracer::NodeArg::Kind::kValue || n.returns.size() != 1 ||
+        n.returns[0].kind != tracer::NodeReturn::Kind::kTensor || n.returns[0].values.size() != 1) {
+      continue;
+    }
+    const tracer::ValueId in = n.args[0].value;
+    const tracer::Value& v = g.value(in);
+    pass[n.index] = v.kind == tracer::ValueKind::kNode && v.alias_of == tracer::kNoValue && readers[in] == 1;
+  }
+  return pass;
+}
+
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure) {
+  if (s.pass_through >= 0) {  // Note [Gradient results]
+    const c10::IValue& in = slots[s.pass_through];
+    if (in.isTensor() && in.toTensor().defined() && in.toTensor().unsafeGetTensorImpl()->autograd_meta() == nullptr) {
+      slots[s.returns[0].slots[0]] = in;
+      ++pass_through_calls;
+      return true;
+    }
+  }
   if (s.below_autograd && below_autograd_allowed && (s.no_grad || !c10::GradMode::is_enabled())) {
     c10::AutoGradMode off(false);
     at::AutoDispatchBelowADInplaceOrView below;

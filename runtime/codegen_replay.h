@@ -81,7 +81,23 @@ struct OpStep {
   UnboxedFn unboxed = nullptr;              // set when the op has an exact unboxed match
   bool no_grad = false;  // Note [History-free nodes]: runs with grad mode off
   bool below_autograd = false;  // Note [Below autograd]: may skip the autograd and view-tracking keys
+  int pass_through = -1;        // Note [Gradient results]: the slot whose tensor may be the result
 };
+
+// Note [Gradient results]
+// A gradient the function takes without create_graph ends in a detach the trace records (Note
+// [Captured gradients] in tracer/tracer.cc), where eager's autograd::grad returns the computed
+// gradient itself. Replayed, that detach made a second TensorImpl of every gradient: six per MLP
+// training step, ~1.5% of its samples inside the compiled backward. So a detach marked as a
+// gradient result (tracer::Node::gradient_result) whose input is a tensor of its own storage made
+// by this run, read by nothing else and not returned, passes that tensor through instead when the
+// tensor has no autograd metadata (no history, no requires_grad, no forward gradient: what eager's
+// grad returns, and what the detach would have returned but for the TensorImpl). Otherwise the
+// detach runs. Nothing else can see the difference: the input is unreachable after this step.
+std::vector<bool> PassThroughGradientResults(const tracer::Graph& graph);
+
+// Steps this thread has passed through so far (tests).
+int64_t PassThroughCallsOnThisThread();
 
 // Note [Below autograd]
 // With grad mode off, an op's Autograd kernel records nothing and only redispatches, and its

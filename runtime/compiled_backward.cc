@@ -304,10 +304,11 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
       [raw](const std::vector<c10::IValue>& a) { return raw->Body(a, /*create_graph=*/false); }, bo));
   if (!saved_nodes.empty()) {
     ImplAccess::Of(*b->backward_).post_trace_ = [raw](tracer::TraceResult* t) { raw->UseSaved(t); };
-    // Note [Below autograd]: the backward graph's artifacts (not the user's code it traces or runs
-    // eagerly) replay with nothing recording the gradients' history.
-    ImplAccess::Of(*b->backward_).below_autograd_ = true;
   }
+  // Note [Below autograd]: the backward graph's artifacts (not the user's code it traces or runs
+  // eagerly) replay with nothing recording the gradients' history, whether or not the forward saves
+  // anything for them.
+  ImplAccess::Of(*b->backward_).below_autograd_ = true;
   return b;
 }
 

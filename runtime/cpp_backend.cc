@@ -155,10 +155,12 @@ class CppArtifact final : public CodegenArtifact {
     }
     const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
     const std::vector<bool> below = codegen::BelowAutogradNodes(g);
+    const std::vector<bool> pass = codegen::PassThroughGradientResults(g);
     for (const tracer::Node& n : g.nodes) {
       ops_.push_back(codegen::MakeOpStep(g, n, slots));
       ops_.back().no_grad = history_free[n.index];
       ops_.back().below_autograd = below[n.index];
+      if (pass[n.index]) ops_.back().pass_through = ops_.back().args.at(0).slot;
     }
 
     std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);

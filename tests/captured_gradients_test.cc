@@ -11,6 +11,7 @@
 
 #include "bench/radon.h"
 #include "ops/derivatives.h"
+#include "runtime/codegen_replay.h"
 #include "runtime/warden.h"
 #include "tests/gradient_checks.h"
 
@@ -435,6 +436,35 @@ TEST_P(CapturedGradients, ExplicitGradOutputs) {
     ExpectClose(f({x, v})[0], fn({x, v})[0], "vjp");
   }
   ExpectCaptured(f);
+}
+
+// Note [Gradient results]: on a hit, a captured gradient is the tensor the backward computed, as
+// eager's autograd::grad returns it (no replayed detach making a second TensorImpl), with eager's
+// values and autograd state.
+TEST_P(CapturedGradients, GradientResultsAreTheComputedTensorsAsInEager) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = (x.mm(a[1].toTensor()).tanh() * x.sum(1, true)).sum();
+    return {torch::autograd::grad({y}, {x})[0]};
+  };
+  auto f = warden::compile(fn, Opts("gradient_results"));
+  for (int call = 0; call < 4; ++call) {
+    const at::Tensor x = torch::randn({8, 16}), w = torch::randn({16, 16});
+    const int64_t before = warden::codegen::PassThroughCallsOnThisThread();
+    at::Tensor got = f({x, w})[0];
+    const int64_t passed = warden::codegen::PassThroughCallsOnThisThread() - before;
+    at::Tensor want = fn({x, w})[0];
+    ExpectClose(got, want, "dy/dx at call " + std::to_string(call), 1e-4, 1e-5);
+    EXPECT_FALSE(got.requires_grad());
+    EXPECT_TRUE(got.is_leaf());
+    if (call == 0) continue;  // the trace
+    // On cpp the whole graph is one generated program, whose results are its own buffers.
+    if (std::string(GetParam()) == "aten") {
+      EXPECT_EQ(passed, 1) << f.explain();
+    }
+  }
+  ExpectCaptured(f);
+  EXPECT_EQ(f.stats().compiles, 1);
 }
 
 TEST(DerivativeRules, CoverTheOpsRealModelsDifferentiate) {

@@ -431,6 +431,51 @@ TEST_P(CompiledBackwardTest, ReplayedViewsInsideTheCompiledBackwardSkipTheAutogr
   EXPECT_THAT(g.explain(), HasSubstr("backward: compiled")) << g.explain();
 }
 
+// Note [Gradient results] and Note [Below autograd] in the backward graph of a function without a
+// matmul (nothing saved: the backward recomputes the forward): the gradients the backward graph
+// returns are its computed tensors (no replayed detach), its replayed steps run below the autograd
+// keys, and parameters follow eager over a few SGD steps.
+TEST_P(CompiledBackwardTest, PointwiseBackwardGraphPassesItsGradientsThrough) {
+  torch::manual_seed(9);
+  const at::Tensor w0 = torch::randn({32, 16}) * 0.2, b0 = torch::randn({16}) * 0.2;
+  auto body = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return ((x * w + b).tanh() * w.sum(0)).sum();
+  };
+  const at::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  const at::Tensor we = w0.clone().requires_grad_(), be = b0.clone().requires_grad_();
+  auto f = warden::compile([&](const Args& a) -> std::vector<at::Tensor> { return {body(a[0].toTensor(), w, b)}; },
+                           Opts("pass_through"));
+  torch::optim::SGD opt({w, b}, 0.05), opt_e({we, be}, 0.05);
+  for (int step = 0; step < 5; ++step) {
+    const at::Tensor x = torch::randn({32, 16});
+    opt.zero_grad();
+    opt_e.zero_grad();
+    const at::Tensor loss = f({x})[0];
+    const int64_t passed_before = warden::codegen::PassThroughCallsOnThisThread();
+    const int64_t below_before = warden::codegen::BelowAutogradCallsOnThisThread();
+    loss.backward();
+    const int64_t passed = warden::codegen::PassThroughCallsOnThisThread() - passed_before;
+    const int64_t below = warden::codegen::BelowAutogradCallsOnThisThread() - below_before;
+    const at::Tensor want = body(x, we, be);
+    want.backward();
+    ExpectClose(loss, want, "loss at step " + std::to_string(step), 1e-4, 1e-5);
+    ExpectClose(w.grad(), we.grad(), "w.grad at step " + std::to_string(step), 1e-4, 1e-4);
+    ExpectClose(b.grad(), be.grad(), "b.grad at step " + std::to_string(step), 1e-4, 1e-4);
+    opt.step();
+    opt_e.step();
+    if (step < 2) continue;  // the forward's trace, then the backward's
+    // On cpp the backward graph is one generated program, whose results are its own buffers.
+    if (std::string(GetParam()) == "aten") {
+      EXPECT_GT(passed, 0) << "no gradient passed through\n" << f.explain();
+      EXPECT_GT(below, 0) << "the backward graph ran every step with its keys\n" << f.explain();
+    }
+  }
+  ExpectClose(w, we, "w after 5 steps", 1e-4, 1e-5);
+  ExpectClose(b, be, "b after 5 steps", 1e-4, 1e-5);
+  EXPECT_THAT(f.explain(), HasSubstr("backward: compiled")) << f.explain();
+  EXPECT_THAT(f.explain(), HasSubstr(", 0 eager)")) << f.explain();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CompiledBackwardTest, ::testing::Values("aten", "cpp"));
 
 }  // namespace

@@ -164,6 +164,10 @@ struct Node {
   // Note [Captured gradients] (tracer.cc): added by the derivative rule of node `grad_of` for a
   // gradient the function took (-1: an op the function ran).
   int grad_of = -1;
+  // The detach that ends a gradient the function took without create_graph (Note [Captured
+  // gradients]): eager's autograd::grad returns the computed gradient itself, with no history
+  // (Note [Gradient results] in runtime/codegen_replay.h).
+  bool gradient_result = false;
 };
 
 // What a graph argument was at trace time.

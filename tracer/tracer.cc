@@ -90,6 +90,7 @@ struct TraceState {
   std::unordered_map<ValueId, at::Tensor> reals;
   std::set<int> released;
   int grad_of = -1;
+  bool gradient_result = false;  // recording the detach that ends a captured gradient
   // Note [Outside history]: the arguments and captured tensors that came in with autograd history
   // of their own (require grad, not leaves), and what to call them.
   std::map<ValueId, std::string> outside_history;
@@ -1288,6 +1289,7 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   node.random = (info != nullptr && info->random) || has_generator;
   node.grad_of = st->grad_of;
+  node.gradient_result = st->gradient_result;
 
   std::vector<ValueId> tensor_inputs;
   std::vector<at::Tensor> real_inputs;
@@ -1558,7 +1560,14 @@ class GradientCapture {
     for (ValueId v : wanted) {
       auto it = grads_.find(v);
       at::Tensor r = it != grads_.end() ? it->second : at::Tensor();
-      if (r.defined() && !create_graph) r = r.detach();
+      if (r.defined() && !create_graph) {
+        st_.gradient_result = true;
+        struct ResetGradientResult {
+          TraceState& st;
+          ~ResetGradientResult() { st.gradient_result = false; }
+        } reset{st_};
+        r = r.detach();
+      }
       result.push_back(r);
     }
     if (!keep_graph) st_.released.insert(path.begin(), path.end());
