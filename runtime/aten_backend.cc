@@ -27,12 +27,14 @@ class ReplayArtifact final : public Artifact {
     }
     const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
     const std::vector<bool> below = codegen::BelowAutogradNodes(g);
-    const std::vector<bool> pass = codegen::PassThroughGradientResults(g);
+    // Note [Transposed twice], Note [Gradient results].
+    const codegen::ReplaySimplification simple = codegen::SimplifyReplay(g, std::vector<bool>(g.nodes.size(), false));
     for (const tracer::Node& n : g.nodes) {
-      steps_.push_back(codegen::MakeOpStep(g, n, slots));
+      if (simple.skip[n.index]) continue;
+      steps_.push_back(codegen::MakeOpStep(g, n, slots, &simple.forward));
       steps_.back().no_grad = history_free[n.index];
       steps_.back().below_autograd = below[n.index];
-      if (pass[n.index]) steps_.back().pass_through = steps_.back().args.at(0).slot;
+      if (simple.pass[n.index]) steps_.back().pass_through = steps_.back().args.at(0).slot;
     }
     for (ValueId id : g.outputs) {
       Output out;

@@ -37,9 +37,13 @@ int SlotMap::Slot(ValueId id) {
   return slot_of_[id];
 }
 
-OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots) {
+OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots,
+                  const std::vector<tracer::ValueId>* forward) {
   OpStep s{*n.handle, n.op, n.index, {}, {}, false, {}, n.mode};
-  for (const NodeArg& na : n.args) {
+  auto read = [forward](ValueId id) { return forward != nullptr && id != tracer::kNoValue ? (*forward)[id] : id; };
+  for (NodeArg na : n.args) {
+    na.value = na.value == tracer::kNoValue ? na.value : read(na.value);
+    for (ValueId& id : na.values) id = read(id);
     OpStepArg a;
     switch (na.kind) {
       case NodeArg::Kind::kConstant:
@@ -202,36 +206,92 @@ std::vector<bool> BelowAutogradNodes(const tracer::Graph& g) {
 
 namespace {
 thread_local int64_t pass_through_calls = 0;
+thread_local int64_t replay_steps = 0;
 }  // namespace
 
 int64_t PassThroughCallsOnThisThread() { return pass_through_calls; }
+int64_t ReplayStepsOnThisThread() { return replay_steps; }
 
-std::vector<bool> PassThroughGradientResults(const tracer::Graph& g) {
-  std::vector<int> readers(g.values.size(), 0);
+ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bool>& fused) {
+  ReplaySimplification r;
+  const size_t num_values = g.values.size();
+  r.forward.resize(num_values);
+  for (size_t v = 0; v < num_values; ++v) r.forward[v] = static_cast<ValueId>(v);
+  r.skip.assign(g.nodes.size(), false);
+  r.pass.assign(g.nodes.size(), false);
+  auto single_result = [&g](const tracer::Node& n) {
+    return n.returns.size() == 1 && n.returns[0].kind == NodeReturn::Kind::kTensor && n.returns[0].values.size() == 1
+               ? n.returns[0].values[0]
+               : tracer::kNoValue;
+  };
+  auto is_t = [&](const tracer::Node& n) {
+    return n.op == "aten::t" && !n.mutates && !n.mode && n.args.size() == 1 &&
+           n.args[0].kind == NodeArg::Kind::kValue && single_result(n) != tracer::kNoValue;
+  };
+  std::vector<char> returned(num_values, 0), written_root(num_values, 0), unforwardable(num_values, 0);
+  for (ValueId o : g.outputs) {
+    if (o != tracer::kNoValue) returned[o] = 1;
+  }
   for (const tracer::Node& n : g.nodes) {
-    for (tracer::ValueId v : tracer::InputValues(n)) {
-      if (v != tracer::kNoValue) ++readers[v];
+    const bool composite = n.handle && n.handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (n.mutates && n.op != "aten::requires_grad_") {  // requires_grad_ writes no data
+      for (ValueId v : tracer::InputValues(n)) {
+        if (v != tracer::kNoValue) written_root[g.RootOf(v)] = 1;  // any input (conservative)
+      }
+    }
+    if (n.mutates || composite || n.mode) {
+      for (ValueId v : tracer::InputValues(n)) {
+        if (v != tracer::kNoValue) unforwardable[v] = 1;
+      }
     }
   }
-  for (tracer::ValueId o : g.outputs) {
-    if (o != tracer::kNoValue) readers[o] += 2;  // returned: never passed through
-  }
-  std::vector<bool> pass(g.nodes.size(), false);
+  // Note [Transposed twice]: v = t(u), u = t(x).
   for (const tracer::Node& n : g.nodes) {
-    if (!n.gradient_result || n.op != "aten::detach" || n.mode || n.mutates || n.args.size() != 1 ||
-        n.args[0].kind != tracer::NodeArg::Kind::kValue || n.returns.size() != 1 ||
-        n.returns[0].kind != tracer::NodeReturn::Kind::kTensor || n.returns[0].values.size() != 1) {
+    if (fused[n.index] || !is_t(n)) continue;
+    const ValueId v = single_result(n), u = n.args[0].value;
+    const tracer::Value& uv = g.value(u);
+    if (uv.kind != tracer::ValueKind::kNode || fused[uv.node] || !is_t(g.nodes[uv.node])) continue;
+    const ValueId x = g.nodes[uv.node].args[0].value;
+    if (x == tracer::kNoValue || returned[v] || unforwardable[v] || written_root[g.RootOf(x)] ||
+        g.value(x).meta.sizes != g.value(v).meta.sizes || g.value(x).meta.strides != g.value(v).meta.strides) {
       continue;
     }
-    const tracer::ValueId in = n.args[0].value;
-    const tracer::Value& v = g.value(in);
-    pass[n.index] = v.kind == tracer::ValueKind::kNode && v.alias_of == tracer::kNoValue && readers[in] == 1;
+    r.forward[v] = r.forward[x];
+    ++r.forwarded;
   }
-  return pass;
+  // Readers after forwarding: replay steps read forwarded values, fused nodes their own.
+  std::vector<int> readers(num_values, 0);
+  for (const tracer::Node& n : g.nodes) {
+    for (ValueId v : tracer::InputValues(n)) {
+      if (v != tracer::kNoValue) ++readers[fused[n.index] ? v : r.forward[v]];
+    }
+  }
+  for (ValueId o : g.outputs) {
+    if (o != tracer::kNoValue) readers[o] += 2;  // returned: kept, and never passed through
+  }
+  for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k) {
+    const tracer::Node& n = g.nodes[k];
+    if (fused[k] || !is_t(n) || readers[single_result(n)] != 0) continue;
+    r.skip[k] = true;
+    ++r.skipped;
+    --readers[r.forward[n.args[0].value]];
+  }
+  // Note [Gradient results].
+  for (const tracer::Node& n : g.nodes) {
+    if (fused[n.index] || !n.gradient_result || n.op != "aten::detach" || n.mode || n.mutates || n.args.size() != 1 ||
+        n.args[0].kind != NodeArg::Kind::kValue || single_result(n) == tracer::kNoValue) {
+      continue;
+    }
+    const ValueId in = r.forward[n.args[0].value];
+    const tracer::Value& v = g.value(in);
+    r.pass[n.index] = v.kind == tracer::ValueKind::kNode && v.alias_of == tracer::kNoValue && readers[in] == 1;
+  }
+  return r;
 }
 
 bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack,
                std::string* failure) {
+  ++replay_steps;
   if (s.pass_through >= 0) {  // Note [Gradient results]
     const c10::IValue& in = slots[s.pass_through];
     if (in.isTensor() && in.toTensor().defined() && in.toTensor().unsafeGetTensorImpl()->autograd_meta() == nullptr) {

@@ -94,10 +94,31 @@ struct OpStep {
 // tensor has no autograd metadata (no history, no requires_grad, no forward gradient: what eager's
 // grad returns, and what the detach would have returned but for the TensorImpl). Otherwise the
 // detach runs. Nothing else can see the difference: the input is unreachable after this step.
-std::vector<bool> PassThroughGradientResults(const tracer::Graph& graph);
+//
+// Note [Transposed twice]
+// t(t(x)) is x: the same storage, offset, sizes and strides. The derivative rules of t and of
+// addmm / mm make it twice per linear layer (t(t(W)) for the input's gradient, t(t(mm(...))) for
+// the weight's), and the recomputed forward inside a compiled backward makes t(W) steps nothing
+// reads once the matmul is saved: 11 of the 14 `t` steps of an MLP training step's backward graph.
+// A replay step (not a fused region, whose code reads its own inputs) that reads such a value reads
+// x instead, when the value is not returned, is read by no op that writes in place or is composite
+// (whose kernel may compare tensors by identity), and nothing writes the storage; a `t` step whose
+// result no remaining step, fused region or output reads is then not run (a transpose of a guarded
+// rank-2 tensor cannot fail, so skipping it changes no error either).
+struct ReplaySimplification {
+  std::vector<tracer::ValueId> forward;  // per value: the value a replay step reads instead (or itself)
+  std::vector<bool> skip;                // per node: a step that is not run
+  std::vector<bool> pass;                // per node: Note [Gradient results]
+  int forwarded = 0, skipped = 0;
+};
+// `fused`: per node, inside a fused region or program (its reads are not forwarded and keep their
+// values' steps).
+ReplaySimplification SimplifyReplay(const tracer::Graph& graph, const std::vector<bool>& fused);
 
 // Steps this thread has passed through so far (tests).
 int64_t PassThroughCallsOnThisThread();
+// Replay steps (RunOpStep calls) this thread has run so far (tests).
+int64_t ReplayStepsOnThisThread();
 
 // Note [Below autograd]
 // With grad mode off, an op's Autograd kernel records nothing and only redispatches, and its
@@ -151,7 +172,9 @@ int64_t UnboxedCallsOnThisThread();
 void CountUnboxedCall();
 
 // Requires n.handle (backends reject graphs with handle-less nodes before building steps).
-OpStep MakeOpStep(const tracer::Graph& graph, const tracer::Node& n, SlotMap& slots);
+// `forward` (Note [Transposed twice]): per value, the value the step reads instead.
+OpStep MakeOpStep(const tracer::Graph& graph, const tracer::Node& n, SlotMap& slots,
+                  const std::vector<tracer::ValueId>* forward = nullptr);
 
 // Runs one step on `slots`, using `stack` as scratch. Returns false, with the reason in *failure,
 // when a value guard fails (before the step's results are published into later slots' readers).

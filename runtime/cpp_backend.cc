@@ -155,12 +155,20 @@ class CppArtifact final : public CodegenArtifact {
     }
     const std::vector<bool> history_free = codegen::HistoryFreeNodes(g);
     const std::vector<bool> below = codegen::BelowAutogradNodes(g);
-    const std::vector<bool> pass = codegen::PassThroughGradientResults(g);
+    // Note [Transposed twice], Note [Gradient results]: for the nodes outside fused regions.
+    std::vector<bool> fused(g.nodes.size(), false);
+    for (const codegen::PointwiseRegion& r : plan_.regions) {
+      for (int node : r.nodes) fused[node] = true;
+    }
+    for (const codegen::ProgramRegion& p : plan_.programs) {
+      for (int node : p.nodes) fused[node] = true;
+    }
+    const codegen::ReplaySimplification simple = codegen::SimplifyReplay(g, fused);
     for (const tracer::Node& n : g.nodes) {
-      ops_.push_back(codegen::MakeOpStep(g, n, slots));
+      ops_.push_back(codegen::MakeOpStep(g, n, slots, fused[n.index] ? nullptr : &simple.forward));
       ops_.back().no_grad = history_free[n.index];
       ops_.back().below_autograd = below[n.index];
-      if (pass[n.index]) ops_.back().pass_through = ops_.back().args.at(0).slot;
+      if (simple.pass[n.index]) ops_.back().pass_through = ops_.back().args.at(0).slot;
     }
 
     std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);
@@ -189,7 +197,7 @@ class CppArtifact final : public CodegenArtifact {
         continue;
       }
       if (region_at[i] < 0) {
-        steps_.push_back({Step::kOp, static_cast<int>(i)});
+        if (!simple.skip[i]) steps_.push_back({Step::kOp, static_cast<int>(i)});
         ++i;
         continue;
       }

@@ -467,6 +467,41 @@ TEST_P(CapturedGradients, GradientResultsAreTheComputedTensorsAsInEager) {
   EXPECT_EQ(f.stats().compiles, 1);
 }
 
+// Note [Transposed twice]: a linear layer's gradients read t(t(W)) and t(t(mm(...))); the replay
+// reads W and the matmul's result instead and does not run the transposes. A t(t(x)) the function
+// returns stays a view, as in eager.
+TEST_P(CapturedGradients, TransposesOfTransposesAreNotReplayed) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor x = a[0].toTensor().detach().requires_grad_(true);
+    const at::Tensor w = a[1].toTensor().detach().requires_grad_(true);
+    const at::Tensor y = x.mm(w.t()).tanh().sum();
+    const auto g = torch::autograd::grad({y}, {x, w});
+    return {g[0], g[1], a[1].toTensor().t().t()};
+  };
+  auto f = warden::compile(fn, Opts("transposed_twice"));
+  const bool aten = std::string(GetParam()) == "aten";
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = torch::randn({8, 16}), w = torch::randn({4, 16});
+    const int64_t steps_before = warden::codegen::ReplayStepsOnThisThread();
+    const auto got = f({x, w});
+    const int64_t steps = warden::codegen::ReplayStepsOnThisThread() - steps_before;
+    const auto want = fn({x, w});
+    ExpectClose(got[0], want[0], "dy/dx", 1e-4, 1e-5);
+    ExpectClose(got[1], want[1], "dy/dw", 1e-4, 1e-5);
+    ExpectClose(got[2], want[2], "w.t().t()");
+    EXPECT_EQ(got[2].is_view(), want[2].is_view());
+    EXPECT_TRUE(got[2].is_view());
+    EXPECT_TRUE(got[2]._base().is_same(w)) << "a returned t(t(w)) is a view of w";
+    if (call == 0 || !aten) continue;
+    // Every node of the graph is a replay step on aten; the skipped ones are not run.
+    const std::string text = f.explain();
+    int64_t nodes = 0;
+    for (size_t pos = text.find(" = aten::"); pos != std::string::npos; pos = text.find(" = aten::", pos + 1)) ++nodes;
+    EXPECT_LE(steps, nodes - 3) << text;
+  }
+  ExpectCaptured(f);
+}
+
 TEST(DerivativeRules, CoverTheOpsRealModelsDifferentiate) {
   const std::vector<std::string> ops = warden::ops::DerivativeOps();
   for (const char* op : {"aten::addmm", "aten::mm", "aten::relu", "aten::_log_softmax", "aten::index_select",
