@@ -224,10 +224,12 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
                ? n.returns[0].values[0]
                : tracer::kNoValue;
   };
-  auto is_t = [&](const tracer::Node& n) {
-    return n.op == "aten::t" && !n.mutates && !n.mode && n.args.size() == 1 &&
-           n.args[0].kind == NodeArg::Kind::kValue && single_result(n) != tracer::kNoValue;
+  auto unary = [&](const tracer::Node& n, const char* op) {
+    return n.op == op && !n.mutates && !n.mode && n.args.size() == 1 && n.args[0].kind == NodeArg::Kind::kValue &&
+           single_result(n) != tracer::kNoValue;
   };
+  auto is_t = [&](const tracer::Node& n) { return unary(n, "aten::t"); };
+  auto is_alias = [&](const tracer::Node& n) { return unary(n, "aten::alias"); };
   std::vector<char> returned(num_values, 0), written_root(num_values, 0), unforwardable(num_values, 0);
   for (ValueId o : g.outputs) {
     if (o != tracer::kNoValue) returned[o] = 1;
@@ -245,13 +247,16 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
       }
     }
   }
-  // Note [Transposed twice]: v = t(u), u = t(x).
+  // Note [Transposed twice]: v = t(u), u = t(x); or v = alias(x).
   for (const tracer::Node& n : g.nodes) {
-    if (fused[n.index] || !is_t(n)) continue;
+    if (fused[n.index] || (!is_t(n) && !is_alias(n))) continue;
     const ValueId v = single_result(n), u = n.args[0].value;
-    const tracer::Value& uv = g.value(u);
-    if (uv.kind != tracer::ValueKind::kNode || fused[uv.node] || !is_t(g.nodes[uv.node])) continue;
-    const ValueId x = g.nodes[uv.node].args[0].value;
+    ValueId x = u;
+    if (is_t(n)) {
+      const tracer::Value& uv = g.value(u);
+      if (uv.kind != tracer::ValueKind::kNode || fused[uv.node] || !is_t(g.nodes[uv.node])) continue;
+      x = g.nodes[uv.node].args[0].value;
+    }
     if (x == tracer::kNoValue || returned[v] || unforwardable[v] || written_root[g.RootOf(x)] ||
         g.value(x).meta.sizes != g.value(v).meta.sizes || g.value(x).meta.strides != g.value(v).meta.strides) {
       continue;
@@ -271,10 +276,17 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
   }
   for (int k = static_cast<int>(g.nodes.size()) - 1; k >= 0; --k) {
     const tracer::Node& n = g.nodes[k];
-    if (fused[k] || !is_t(n) || readers[single_result(n)] != 0) continue;
+    if (fused[k] || n.mutates || n.random || n.mode || (!is_t(n) && !is_alias(n) && !n.recomputed)) continue;
+    bool read = false;
+    for (const NodeReturn& ret : n.returns) {
+      for (ValueId v : ret.values) read = read || (v != tracer::kNoValue && readers[v] != 0);
+    }
+    if (read) continue;
     r.skip[k] = true;
     ++r.skipped;
-    --readers[r.forward[n.args[0].value]];
+    for (ValueId v : tracer::InputValues(n)) {
+      if (v != tracer::kNoValue) --readers[r.forward[v]];
+    }
   }
   // Note [Gradient results].
   for (const tracer::Node& n : g.nodes) {

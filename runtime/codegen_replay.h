@@ -96,15 +96,19 @@ struct OpStep {
 // detach runs. Nothing else can see the difference: the input is unreachable after this step.
 //
 // Note [Transposed twice]
-// t(t(x)) is x: the same storage, offset, sizes and strides. The derivative rules of t and of
-// addmm / mm make it twice per linear layer (t(t(W)) for the input's gradient, t(t(mm(...))) for
-// the weight's), and the recomputed forward inside a compiled backward makes t(W) steps nothing
-// reads once the matmul is saved: 11 of the 14 `t` steps of an MLP training step's backward graph.
-// A replay step (not a fused region, whose code reads its own inputs) that reads such a value reads
-// x instead, when the value is not returned, is read by no op that writes in place or is composite
-// (whose kernel may compare tensors by identity), and nothing writes the storage; a `t` step whose
-// result no remaining step, fused region or output reads is then not run (a transpose of a guarded
-// rank-2 tensor cannot fail, so skipping it changes no error either).
+// t(t(x)) is x, and so is alias(x): the same storage, offset, sizes and strides. The derivative
+// rules of t and of addmm / mm make t(t(W)) for every linear layer's input gradient and
+// t(t(mm(...))) for its weight's; the compiled backward reads every saved output through an alias
+// (Note [Saved outputs] in runtime/compiled_backward.cc) and recomputes t(W) steps nothing reads
+// once the matmul is saved. A replay step (not a fused region, whose code reads its own inputs)
+// that reads such a value reads x instead, when the value is not returned, is read by no op that
+// writes in place or is composite (whose kernel may compare tensors by identity), and nothing
+// writes the storage. A `t` or `alias` step whose result no remaining step, fused region or output
+// reads is then not run (on a guarded tensor neither can fail, so skipping one changes no error).
+// Neither is a node of the forward that a compiled backward recomputes (tracer::Node::recomputed:
+// it already ran on the same inputs, so it cannot fail either) and that nothing reads, such as a
+// training step's loss. In an MLP training step's backward graph, 11 of 14 `t` steps and the
+// recomputed `nll_loss` are not run.
 struct ReplaySimplification {
   std::vector<tracer::ValueId> forward;  // per value: the value a replay step reads instead (or itself)
   std::vector<bool> skip;                // per node: a step that is not run

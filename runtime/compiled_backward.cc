@@ -24,6 +24,7 @@
 // storage. A backward whose gradient cannot be captured
 // (an op without a derivative rule) runs its body eagerly once, is then switched off for later
 // calls, and says so; a double backward (create_graph) runs the body eagerly with create_graph.
+#include <algorithm>
 #include "runtime/compiled_backward.h"
 
 #include <set>
@@ -259,6 +260,41 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     saved_nodes.push_back(k);
     saved_values.push_back(v);
   }
+  // Note [Saved activations]: with the matmuls saved, the backward would still recompute, op by
+  // op, what feeds them (a relu's output, read by the weight's gradient matmul and by relu's own
+  // backward, is a lone replayed step in the backward graph: its other readers come much later) and
+  // the softmax family's results (non-pointwise, read by their backward). The forward computes
+  // them anyway, so it saves them too when they can be saved (as above); otherwise they are
+  // recomputed. Saved tensors are what eager's autograd saves for the same ops.
+  if (!saved_nodes.empty()) {
+    std::set<int> extra;
+    for (int k : heavy) {
+      for (tracer::ValueId v : tracer::InputValues(g.nodes[k])) {
+        if (v != tracer::kNoValue && g.value(v).kind == tracer::ValueKind::kNode) extra.insert(g.value(v).node);
+      }
+    }
+    for (const tracer::Node& n : g.nodes) {
+      for (const char* op : {"aten::log_softmax", "aten::_log_softmax", "aten::softmax", "aten::_softmax"}) {
+        if (n.op == op || n.op.rfind(std::string(op) + ".", 0) == 0) extra.insert(n.index);
+      }
+    }
+    for (int k : saved_nodes) extra.erase(k);
+    for (int k : extra) {
+      const tracer::Node& n = g.nodes[k];
+      const tracer::ValueId v = SingleTensorResult(n);
+      if (v == tracer::kNoValue || g.RootOf(v) != v || written.count(v) || returned_roots.count(v) || n.random ||
+          n.mode) {
+        continue;
+      }
+      saved_nodes.push_back(k);
+      saved_values.push_back(v);
+    }
+    // In graph order, for explain().
+    std::vector<std::pair<int, tracer::ValueId>> order;
+    for (size_t i = 0; i < saved_nodes.size(); ++i) order.emplace_back(saved_nodes[i], saved_values[i]);
+    std::sort(order.begin(), order.end());
+    for (size_t i = 0; i < order.size(); ++i) std::tie(saved_nodes[i], saved_values[i]) = order[i];
+  }
   auto b = std::shared_ptr<CompiledBackward>(new CompiledBackward());
   for (size_t j = 0; j < g.outputs.size(); ++j) {
     const tracer::ValueId o = g.outputs[j];
@@ -365,6 +401,7 @@ void CompiledBackward::UseSaved(tracer::TraceResult* t) const {
     saved_note_ = absl::StrCat("saved outputs not used, the forward is recomputed: ", problem);
     return;
   }
+  for (size_t i = 0; i < forward.size(); ++i) b.nodes[prefix + i].recomputed = true;
   static const c10::OperatorHandle alias = c10::Dispatcher::singleton().findSchemaOrThrow("aten::alias", "");
   for (size_t k = 0; k < saved_nodes_.size(); ++k) {
     tracer::Node& n = b.nodes[prefix + saved_nodes_[k]];
@@ -488,7 +525,7 @@ std::string CompiledBackward::Describe() const {
     std::lock_guard<std::mutex> lock(mu_);
     if (!saved_nodes_.empty()) {
       saving = saved_note_.empty()
-                   ? absl::StrCat("saves the outputs of ", saved_nodes_.size(), " heavy op",
+                   ? absl::StrCat("saves the outputs of ", saved_nodes_.size(), " op",
                                   saved_nodes_.size() == 1 ? "" : "s", " (", SavedText(), "), recomputes the rest")
                    : saved_note_;
     }

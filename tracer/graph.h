@@ -168,6 +168,10 @@ struct Node {
   // gradients]): eager's autograd::grad returns the computed gradient itself, with no history
   // (Note [Gradient results] in runtime/codegen_replay.h).
   bool gradient_result = false;
+  // A node of the forward that a compiled backward's graph recomputes (Note [Saved outputs] in
+  // runtime/compiled_backward.cc): it already ran on the same inputs, so skipping it when nothing
+  // reads its result changes no error (Note [Transposed twice] in runtime/codegen_replay.h).
+  bool recomputed = false;
 };
 
 // What a graph argument was at trace time.
