@@ -2,6 +2,9 @@
 // nodes of the code-generating backend.
 #include "runtime/codegen_replay.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 
@@ -231,12 +234,20 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
   auto is_t = [&](const tracer::Node& n) { return unary(n, "aten::t"); };
   auto is_alias = [&](const tracer::Node& n) { return unary(n, "aten::alias"); };
   std::vector<char> returned(num_values, 0), written_root(num_values, 0), unforwardable(num_values, 0);
+  // The last requires_grad_ on each storage: a view made before it keeps a null grad_fn in eager
+  // (its base's version did not change), so ops reading the view send no gradient to the base;
+  // reading the base would. Only views made after the last one are forwarded.
+  std::vector<int> last_grad_change(num_values, -1);
   for (ValueId o : g.outputs) {
     if (o != tracer::kNoValue) returned[o] = 1;
   }
   for (const tracer::Node& n : g.nodes) {
     const bool composite = n.handle && n.handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-    if (n.mutates && n.op != "aten::requires_grad_") {  // requires_grad_ writes no data
+    if (n.op == "aten::requires_grad_") {
+      for (ValueId v : tracer::InputValues(n)) {
+        if (v != tracer::kNoValue) last_grad_change[g.RootOf(v)] = n.index;
+      }
+    } else if (n.mutates) {
       for (ValueId v : tracer::InputValues(n)) {
         if (v != tracer::kNoValue) written_root[g.RootOf(v)] = 1;  // any input (conservative)
       }
@@ -247,21 +258,29 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
       }
     }
   }
-  // Note [Transposed twice]: v = t(u), u = t(x); or v = alias(x).
+  // Note [Transposed twice]: v = t(u), u = t(x); or v = alias(x). view_since[v]: the first node
+  // of the chain of views that v is forwarded through.
+  std::vector<int> view_since(num_values, std::numeric_limits<int>::max());
   for (const tracer::Node& n : g.nodes) {
     if (fused[n.index] || (!is_t(n) && !is_alias(n))) continue;
     const ValueId v = single_result(n), u = n.args[0].value;
     ValueId x = u;
+    int first = n.index;
     if (is_t(n)) {
       const tracer::Value& uv = g.value(u);
       if (uv.kind != tracer::ValueKind::kNode || fused[uv.node] || !is_t(g.nodes[uv.node])) continue;
       x = g.nodes[uv.node].args[0].value;
+      first = uv.node;
     }
-    if (x == tracer::kNoValue || returned[v] || unforwardable[v] || written_root[g.RootOf(x)] ||
+    if (x == tracer::kNoValue) continue;
+    first = std::min(first, view_since[x]);
+    const ValueId root = g.RootOf(x);
+    if (returned[v] || unforwardable[v] || written_root[root] || last_grad_change[root] >= first ||
         g.value(x).meta.sizes != g.value(v).meta.sizes || g.value(x).meta.strides != g.value(v).meta.strides) {
       continue;
     }
     r.forward[v] = r.forward[x];
+    view_since[v] = first;
     ++r.forwarded;
   }
   // Readers after forwarding: replay steps read forwarded values, fused nodes their own.

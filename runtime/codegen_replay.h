@@ -102,8 +102,9 @@ struct OpStep {
 // (Note [Saved outputs] in runtime/compiled_backward.cc) and recomputes t(W) steps nothing reads
 // once the matmul is saved. A replay step (not a fused region, whose code reads its own inputs)
 // that reads such a value reads x instead, when the value is not returned, is read by no op that
-// writes in place or is composite (whose kernel may compare tensors by identity), and nothing
-// writes the storage. A `t` or `alias` step whose result no remaining step, fused region or output
+// writes in place or is composite (whose kernel may compare tensors by identity), nothing
+// writes the storage, and no requires_grad_ on the storage follows the first view of the chain (a
+// view made before it has no grad_fn in eager, so no gradient reaches the base through it). A `t` or `alias` step whose result no remaining step, fused region or output
 // reads is then not run (on a guarded tensor neither can fail, so skipping one changes no error).
 // Neither is a node of the forward that a compiled backward recomputes (tracer::Node::recomputed:
 // it already ran on the same inputs, so it cannot fail either) and that nothing reads, such as a

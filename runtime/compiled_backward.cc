@@ -24,9 +24,9 @@
 // storage. A backward whose gradient cannot be captured
 // (an op without a derivative rule) runs its body eagerly once, is then switched off for later
 // calls, and says so; a double backward (create_graph) runs the body eagerly with create_graph.
-#include <algorithm>
 #include "runtime/compiled_backward.h"
 
+#include <algorithm>
 #include <set>
 
 #include <ATen/Functions.h>
