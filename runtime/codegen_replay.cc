@@ -45,7 +45,7 @@ OpStep MakeOpStep(const tracer::Graph& g, const tracer::Node& n, SlotMap& slots,
   OpStep s{*n.handle, n.op, n.index, {}, {}, false, {}, n.mode};
   auto read = [forward](ValueId id) { return forward != nullptr && id != tracer::kNoValue ? (*forward)[id] : id; };
   for (NodeArg na : n.args) {
-    na.value = na.value == tracer::kNoValue ? na.value : read(na.value);
+    na.value = read(na.value);
     for (ValueId& id : na.values) id = read(id);
     OpStepArg a;
     switch (na.kind) {
@@ -222,14 +222,9 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
   for (size_t v = 0; v < num_values; ++v) r.forward[v] = static_cast<ValueId>(v);
   r.skip.assign(g.nodes.size(), false);
   r.pass.assign(g.nodes.size(), false);
-  auto single_result = [&g](const tracer::Node& n) {
-    return n.returns.size() == 1 && n.returns[0].kind == NodeReturn::Kind::kTensor && n.returns[0].values.size() == 1
-               ? n.returns[0].values[0]
-               : tracer::kNoValue;
-  };
-  auto unary = [&](const tracer::Node& n, const char* op) {
+  auto unary = [](const tracer::Node& n, const char* op) {
     return n.op == op && !n.mutates && !n.mode && n.args.size() == 1 && n.args[0].kind == NodeArg::Kind::kValue &&
-           single_result(n) != tracer::kNoValue;
+           tracer::SingleTensorResult(n) != tracer::kNoValue;
   };
   auto is_t = [&](const tracer::Node& n) { return unary(n, "aten::t"); };
   auto is_alias = [&](const tracer::Node& n) { return unary(n, "aten::alias"); };
@@ -263,7 +258,7 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
   std::vector<int> view_since(num_values, std::numeric_limits<int>::max());
   for (const tracer::Node& n : g.nodes) {
     if (fused[n.index] || (!is_t(n) && !is_alias(n))) continue;
-    const ValueId v = single_result(n), u = n.args[0].value;
+    const ValueId v = tracer::SingleTensorResult(n), u = n.args[0].value;
     ValueId x = u;
     int first = n.index;
     if (is_t(n)) {
@@ -281,7 +276,6 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
     }
     r.forward[v] = r.forward[x];
     view_since[v] = first;
-    ++r.forwarded;
   }
   // Readers after forwarding: replay steps read forwarded values, fused nodes their own.
   std::vector<int> readers(num_values, 0);
@@ -302,17 +296,13 @@ ReplaySimplification SimplifyReplay(const tracer::Graph& g, const std::vector<bo
     }
     if (read) continue;
     r.skip[k] = true;
-    ++r.skipped;
     for (ValueId v : tracer::InputValues(n)) {
       if (v != tracer::kNoValue) --readers[r.forward[v]];
     }
   }
   // Note [Gradient results].
   for (const tracer::Node& n : g.nodes) {
-    if (fused[n.index] || !n.gradient_result || n.op != "aten::detach" || n.mode || n.mutates || n.args.size() != 1 ||
-        n.args[0].kind != NodeArg::Kind::kValue || single_result(n) == tracer::kNoValue) {
-      continue;
-    }
+    if (fused[n.index] || !n.gradient_result || !unary(n, "aten::detach")) continue;
     const ValueId in = r.forward[n.args[0].value];
     const tracer::Value& v = g.value(in);
     r.pass[n.index] = v.kind == tracer::ValueKind::kNode && v.alias_of == tracer::kNoValue && readers[in] == 1;

@@ -104,8 +104,9 @@ struct OpStep {
 // that reads such a value reads x instead, when the value is not returned, is read by no op that
 // writes in place or is composite (whose kernel may compare tensors by identity), nothing
 // writes the storage, and no requires_grad_ on the storage follows the first view of the chain (a
-// view made before it has no grad_fn in eager, so no gradient reaches the base through it). A `t` or `alias` step whose result no remaining step, fused region or output
-// reads is then not run (on a guarded tensor neither can fail, so skipping one changes no error).
+// view made before it has no grad_fn in eager, so no gradient reaches the base through it). A `t`
+// or `alias` step whose result no remaining step, fused region or output reads is then not run
+// (on a guarded tensor neither can fail, so skipping one changes no error).
 // Neither is a node of the forward that a compiled backward recomputes (tracer::Node::recomputed:
 // it already ran on the same inputs, so it cannot fail either) and that nothing reads, such as a
 // training step's loss. In an MLP training step's backward graph, 11 of 14 `t` steps and the
@@ -114,7 +115,6 @@ struct ReplaySimplification {
   std::vector<tracer::ValueId> forward;  // per value: the value a replay step reads instead (or itself)
   std::vector<bool> skip;                // per node: a step that is not run
   std::vector<bool> pass;                // per node: Note [Gradient results]
-  int forwarded = 0, skipped = 0;
 };
 // `fused`: per node, inside a fused region or program (its reads are not forwarded and keep their
 // values' steps).

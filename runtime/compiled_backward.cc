@@ -64,13 +64,6 @@ void CheckVersion(const at::Tensor& t, uint32_t expected, const std::string& wha
               " instead (Warden: ", what, ")");
 }
 
-// The value of a node that returns exactly one tensor, else kNoValue.
-tracer::ValueId SingleTensorResult(const tracer::Node& n) {
-  const bool one = n.returns.size() == 1 && n.returns[0].kind == tracer::NodeReturn::Kind::kTensor &&
-                   n.returns[0].values.size() == 1;
-  return one ? n.returns[0].values[0] : tracer::kNoValue;
-}
-
 struct ForwardFailed {
   std::string why;
 };
@@ -240,7 +233,7 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
   std::vector<tracer::ValueId> saved_values;
   for (int k : heavy) {
     const tracer::Node& n = g.nodes[k];
-    const tracer::ValueId v = SingleTensorResult(n);
+    const tracer::ValueId v = tracer::SingleTensorResult(n);
     std::string problem;
     if (v == tracer::kNoValue) {
       problem = "returns several tensors";
@@ -281,7 +274,7 @@ std::shared_ptr<CompiledBackward> CompiledBackward::Make(const Fn& fn, const tra
     for (int k : saved_nodes) extra.erase(k);
     for (int k : extra) {
       const tracer::Node& n = g.nodes[k];
-      const tracer::ValueId v = SingleTensorResult(n);
+      const tracer::ValueId v = tracer::SingleTensorResult(n);
       if (v == tracer::kNoValue || g.RootOf(v) != v || written.count(v) || returned_roots.count(v) || n.random ||
           n.mode) {
         continue;
@@ -383,7 +376,7 @@ void CompiledBackward::UseSaved(tracer::TraceResult* t) const {
   const size_t first_saved_arg = num_args_ + out_positions_.size();
   for (size_t k = 0; problem.empty() && k < saved_nodes_.size(); ++k) {
     const tracer::Node& n = b.nodes[prefix + saved_nodes_[k]];
-    const tracer::ValueId out = SingleTensorResult(n);
+    const tracer::ValueId out = tracer::SingleTensorResult(n);
     const tracer::ValueId in = first_saved_arg + k < b.arg_values.size() ? b.arg_values[first_saved_arg + k]
                                                                          : tracer::kNoValue;
     if (out == tracer::kNoValue || in == tracer::kNoValue) {

@@ -76,6 +76,11 @@ ValueId Graph::RootOf(ValueId id) const {
   return id;
 }
 
+ValueId SingleTensorResult(const Node& n) {
+  const bool one = n.returns.size() == 1 && n.returns[0].kind == NodeReturn::Kind::kTensor && n.returns[0].values.size() == 1;
+  return one ? n.returns[0].values[0] : kNoValue;
+}
+
 std::vector<ValueId> InputValues(const Node& n) {
   std::vector<ValueId> ids;
   for (const NodeArg& a : n.args) {

@@ -218,6 +218,8 @@ class Graph {
 // The tensor values a node reads, in argument order (each element of a Tensor[]; kNoValue for a
 // None element of a Tensor?[]).
 std::vector<ValueId> InputValues(const Node& n);
+// The value of a node that returns exactly one tensor, else kNoValue.
+ValueId SingleTensorResult(const Node& n);
 // The values a node writes in place: the arguments its schema marks written (every input of a node
 // without a schema).
 std::vector<ValueId> WrittenValues(const Node& n);
