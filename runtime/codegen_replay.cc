@@ -336,6 +336,7 @@ bool RunOpStep(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Sta
 
 namespace {
 bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::jit::Stack& stack, std::string* failure) {
+  if (s.native != nullptr && s.native(s, slots)) return true;  // Note [Native kernels]
   if (s.unboxed != nullptr) {  // Note [Unboxed replay]
     at::Tensor out;
     if (s.mode) {

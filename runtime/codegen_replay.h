@@ -67,6 +67,9 @@ struct OpStepReturn {
 struct OpStep;
 // Note [Unboxed replay] (runtime/replay_unboxed.cc): a step that calls its op's ATen function.
 using UnboxedFn = at::Tensor (*)(const OpStep& step, const std::vector<c10::IValue>& slots);
+// Note [Native kernels] (runtime/native_kernels.cc): a kernel compiled into Warden for the step's
+// op. Returns false, having touched nothing, when its run-time checks fail (the ATen call runs).
+using NativeFn = bool (*)(const OpStep& step, std::vector<c10::IValue>& slots);
 
 // One node as a boxed call (or an unboxed one, Note [Unboxed replay]).
 struct OpStep {
@@ -82,6 +85,8 @@ struct OpStep {
   bool no_grad = false;  // Note [History-free nodes]: runs with grad mode off
   bool below_autograd = false;  // Note [Below autograd]: may skip the autograd and view-tracking keys
   int pass_through = -1;        // Note [Gradient results]: the slot whose tensor may be the result
+  NativeFn native = nullptr;    // Note [Native kernels]: backend cpp sets it (SetNative)
+  std::vector<int64_t> native_params;  // what `native` reads of the constant arguments
 };
 
 // Note [Gradient results]
@@ -175,6 +180,15 @@ void SetUnboxed(OpStep* step);
 // Unboxed calls made by this thread so far (tests).
 int64_t UnboxedCallsOnThisThread();
 void CountUnboxedCall();
+
+// Sets step->native (and native_params) when Note [Native kernels] has a kernel for the step's op
+// and constant arguments; leaves it null otherwise. Backend "cpp" only ("aten" replays ATen).
+void SetNative(OpStep* step);
+// Whether SetNative may give a step of `node` a native kernel (by op; its arguments may still rule
+// it out).
+bool MayRunNative(const tracer::Node& node);
+// Native kernel calls made by this thread so far (tests).
+int64_t NativeCallsOnThisThread();
 
 // Requires n.handle (backends reject graphs with handle-less nodes before building steps).
 // `forward` (Note [Transposed twice]): per value, the value the step reads instead.

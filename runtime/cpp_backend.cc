@@ -169,6 +169,7 @@ class CppArtifact final : public CodegenArtifact {
       ops_.back().no_grad = history_free[n.index];
       ops_.back().below_autograd = below[n.index];
       if (simple.pass[n.index]) ops_.back().pass_through = ops_.back().args.at(0).slot;
+      if (!fused[n.index]) codegen::SetNative(&ops_.back());  // Note [Native kernels]
     }
 
     std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);
@@ -534,8 +535,10 @@ class CppBackend final : public Backend {
     }
     codegen::PointwisePlan plan =
         codegen::PlanPointwise(*graph, context.symbolic_shape, codegen::HistoryFreeNodes(*graph));
-    if (plan.regions.empty() && plan.programs.empty()) {
-      // Nothing to fuse: the replay artifact is the same computation with less bookkeeping (and a
+    const bool native = std::any_of(graph->nodes.begin(), graph->nodes.end(),
+                                    [](const tracer::Node& n) { return codegen::MayRunNative(n); });
+    if (plan.regions.empty() && plan.programs.empty() && !native) {
+      // Nothing to fuse and no native kernel (Note [Native kernels]): the replay artifact is the same computation with less bookkeeping (and a
       // fast path for graphs that only return their arguments).
       std::unique_ptr<Backend> replay = MakeBackend("aten");
       if (replay != nullptr) return replay->Compile(std::move(graph), context);

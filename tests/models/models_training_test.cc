@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/codegen_replay.h"
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tests/models/twin.h"
@@ -228,7 +229,17 @@ TEST_P(ModelsTraining, ConvNetAdamWithEvaluation) {
     eager->train();
     model->train();
   };
+  const int64_t native_before = warden::codegen::NativeCallsOnThisThread();
   auto subject = RunLoop(backend(), twin::MakeTwins<models::ConvNet>(24), loop);
+  // Note [Native kernels]: on backend cpp every hit's two max pools ran Warden's kernel, with its
+  // own autograd node, and the parameters still followed eager's (RunLoop compares them).
+  const int64_t native = warden::codegen::NativeCallsOnThisThread() - native_before;
+  if (std::string(backend()) == "cpp") {
+    EXPECT_GE(native, 2 * subject.stats().cache_hits);
+    EXPECT_GT(subject.stats().cache_hits, 0);
+  } else {
+    EXPECT_EQ(native, 0);
+  }
   // Batch sizes 8 and 3 (view({x.size(0), -1}) reads the batch size: two static entries).
   ExpectCompiles(subject, 2);
   ASSERT_EQ(evaluations, 4);

@@ -1,0 +1,311 @@
+// Note [Native kernels]
+// Some ATen CPU kernels are far slower than the work they do. max_pool2d on a contiguous NCHW
+// float tensor runs ATen's generic loop (a double conversion and an isnan per element, indices
+// computed for every output even when nobody reads them): 400 us for a [16, 8, 28, 28] input on
+// this project's machines, with LibTorch 1.13 and 2.x alike, where the same outputs take ~40 us.
+// Two max pools were ~30% of a small CNN's training step in eager. On backend "cpp" a replay step
+// of such an op calls a kernel compiled into Warden instead, when its run-time checks pass, and the
+// ATen call otherwise (same results, same errors).
+//
+// max_pool2d / max_pool2d_with_indices (NativeMaxPool2d):
+//   - built only when every argument but the input is a constant with ATen's accepted forms
+//     (kernel_size 1 or 2 ints, stride 0/1/2, padding 1/2, dilation 1/2), positive kernel, stride
+//     and dilation, and padding at most half the kernel (else ATen raises, so ATen runs);
+//   - at run time: a defined tensor with exactly a plain CPU tensor's dispatch keys (with or
+//     without the autograd keys), f32 or f64, 3-D or 4-D, contiguous, every size positive, output
+//     sizes >= 1, no forward-mode gradient, no thread mode around the step;
+//   - results are ATen's exactly: each output is the first maximum of its window in row-major
+//     order, and a NaN wins over everything and over earlier NaNs (`val > max || isnan(val)`,
+//     ATen's rule), so the indices, and the gradients routed through them, are eager's bit for bit;
+//   - history: when grad mode is on and the input requires grad, the kernel runs inside a
+//     torch::autograd::Function (MaxPool2dNode) whose backward is ATen's
+//     max_pool2d_with_indices_backward with the saved input and indices, the formula eager's
+//     MaxPool2DWithIndicesBackward0 applies; saved tensors are version-checked as eager's are. The
+//     difference a user can see is the node's name (grad_fn()->name()).
+#include <ATen/Functions.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "runtime/codegen_replay.h"
+
+namespace warden::codegen {
+namespace {
+
+thread_local int64_t native_calls = 0;
+
+// The parameters of one max pool step, from its constant arguments.
+struct PoolParams {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  bool ceil;
+};
+
+PoolParams ParamsOf(const OpStep& s) {
+  const std::vector<int64_t>& p = s.native_params;
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8] != 0};
+}
+
+// ATen's pooling_output_shape, or -1 where ATen would reject the result.
+int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil) {
+  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1 + (ceil ? stride - 1 : 0);
+  if (span < 0) return -1;  // ATen divides rounding toward -inf here; such outputs are rejected
+  int64_t out = span / stride + 1;
+  if (ceil && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+#if defined(__SSE2__)
+// Four 2x2/2 windows of f32 rows r0, r1 at a time, branch-free: returns how many outputs of the
+// row it wrote (a multiple of 4). Lane by lane the same choices as the scalar loop below: a value
+// replaces the running max when it is greater or NaN.
+template <bool kIndices>
+int64_t Pool2x2Sse(const float* r0, const float* r1, int64_t base, int64_t w, float* o, int64_t* x, int64_t ow) {
+  int64_t c = 0;
+  const __m128i step = _mm_set_epi32(6, 4, 2, 0);  // input column of each lane's window, minus 2c
+  for (; c + 4 <= ow; c += 4) {
+    const __m128 lo0 = _mm_loadu_ps(r0 + 2 * c), hi0 = _mm_loadu_ps(r0 + 2 * c + 4);
+    const __m128 lo1 = _mm_loadu_ps(r1 + 2 * c), hi1 = _mm_loadu_ps(r1 + 2 * c + 4);
+    const __m128 a = _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(2, 0, 2, 0));  // r0[2c], r0[2c+2], ...
+    const __m128 b = _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(3, 1, 3, 1));  // r0[2c+1], ...
+    const __m128 d0 = _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m128 d1 = _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 m = a;
+    // Which of the four elements won, 0..3 (row-major in the window), per lane.
+    __m128i which = _mm_setzero_si128();
+    auto take = [&](__m128 v, int k) {
+      const __m128 t = _mm_or_ps(_mm_cmpgt_ps(v, m), _mm_cmpunord_ps(v, v));
+      m = _mm_or_ps(_mm_and_ps(t, v), _mm_andnot_ps(t, m));
+      const __m128i ti = _mm_castps_si128(t);
+      which = _mm_or_si128(_mm_and_si128(ti, _mm_set1_epi32(k)), _mm_andnot_si128(ti, which));
+    };
+    take(b, 1);
+    take(d0, 2);
+    take(d1, 3);
+    _mm_storeu_ps(o + c, m);
+    if (kIndices) {
+      // index = base + 2c + column + (which & 1) + (which >> 1) * w
+      alignas(16) int32_t k[4], col[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(k), which);
+      _mm_store_si128(reinterpret_cast<__m128i*>(col), step);
+      for (int l = 0; l < 4; ++l) x[c + l] = base + 2 * c + col[l] + (k[l] & 1) + (k[l] >> 1) * w;
+    }
+  }
+  return c;
+}
+#endif
+
+// One plane: in [h, w] -> out, ind [oh, ow]. `ind` may be null (no indices needed).
+template <typename T, bool kIndices>
+void PoolPlane(const T* in, T* out, int64_t* ind, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolParams& p) {
+  if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1 &&
+      2 * oh <= h && 2 * ow <= w) {
+    // The common 2x2/2 window with every window inside the input (ceil_mode may add partial ones at
+    // the edges: they take the general loop). Starting from the window's first element equals
+    // ATen's start from -inf: it wins unless it is -inf, and then the max is -inf at that index
+    // either way.
+    for (int64_t y = 0; y < oh; ++y) {
+      const T* r0 = in + 2 * y * w;
+      const T* r1 = r0 + w;
+      const int64_t base = 2 * y * w;
+      T* o = out + y * ow;
+      int64_t* x = kIndices ? ind + y * ow : nullptr;
+      int64_t c = 0;
+#if defined(__SSE2__)
+      if constexpr (std::is_same_v<T, float>) c = Pool2x2Sse<kIndices>(r0, r1, base, w, o, x, ow);
+#endif
+      for (; c < ow; ++c) {
+        const int64_t j = 2 * c;
+        T m = r0[j];
+        int64_t mi = base + j;
+        T v = r0[j + 1];
+        if (v > m || std::isnan(v)) m = v, mi = base + j + 1;
+        v = r1[j];
+        if (v > m || std::isnan(v)) m = v, mi = base + w + j;
+        v = r1[j + 1];
+        if (v > m || std::isnan(v)) m = v, mi = base + w + j + 1;
+        o[c] = m;
+        if (kIndices) x[c] = mi;
+      }
+    }
+    return;
+  }
+  for (int64_t y = 0; y < oh; ++y) {
+    int64_t h0 = y * p.sh - p.ph;
+    const int64_t h1 = std::min(h0 + (p.kh - 1) * p.dh + 1, h);
+    while (h0 < 0) h0 += p.dh;
+    for (int64_t c = 0; c < ow; ++c) {
+      int64_t w0 = c * p.sw - p.pw;
+      const int64_t w1 = std::min(w0 + (p.kw - 1) * p.dw + 1, w);
+      while (w0 < 0) w0 += p.dw;
+      int64_t mi = h0 * w + w0;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t yy = h0; yy < h1; yy += p.dh) {
+        for (int64_t xx = w0; xx < w1; xx += p.dw) {
+          const T v = in[yy * w + xx];
+          if ((v > m) || std::isnan(v)) {
+            m = v;
+            mi = yy * w + xx;
+          }
+        }
+      }
+      out[y * ow + c] = m;
+      if (kIndices) ind[y * ow + c] = mi;
+    }
+  }
+}
+
+template <typename T>
+void PoolPlanes(const at::Tensor& x, at::Tensor& out, at::Tensor& ind, int64_t planes, int64_t h, int64_t w,
+                int64_t oh, int64_t ow, const PoolParams& p) {
+  const T* in = x.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  if (ind.defined()) {
+    int64_t* i = ind.data_ptr<int64_t>();
+    for (int64_t k = 0; k < planes; ++k) PoolPlane<T, true>(in + k * h * w, o + k * oh * ow, i + k * oh * ow, h, w, oh, ow, p);
+  } else {
+    for (int64_t k = 0; k < planes; ++k) PoolPlane<T, false>(in + k * h * w, o + k * oh * ow, nullptr, h, w, oh, ow, p);
+  }
+}
+
+// out (and indices if wanted) of a contiguous input whose checks passed.
+std::pair<at::Tensor, at::Tensor> RunPool(const at::Tensor& x, const PoolParams& p, int64_t oh, int64_t ow,
+                                          bool indices) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  const int64_t h = sizes[sizes.size() - 2], w = sizes.back();
+  sizes[sizes.size() - 2] = oh;
+  sizes.back() = ow;
+  at::Tensor out = at::empty(sizes, x.options());
+  at::Tensor ind = indices ? at::empty(sizes, x.options().dtype(at::kLong)) : at::Tensor();
+  const int64_t planes = x.numel() / (h * w);
+  if (x.scalar_type() == at::kFloat) {
+    PoolPlanes<float>(x, out, ind, planes, h, w, oh, ow, p);
+  } else {
+    PoolPlanes<double>(x, out, ind, planes, h, w, oh, ow, p);
+  }
+  return {std::move(out), std::move(ind)};
+}
+
+struct MaxPool2dNode : public torch::autograd::Function<MaxPool2dNode> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                const OpStep* step, int64_t oh, int64_t ow) {
+    auto [out, ind] = RunPool(x, ParamsOf(*step), oh, ow, true);
+    ctx->save_for_backward({x, ind});
+    ctx->mark_non_differentiable({ind});
+    ctx->saved_data["params"] = c10::IValue(step->native_params);
+    return {out, ind};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const std::vector<int64_t> p = ctx->saved_data["params"].toIntVector();
+    at::Tensor grad_input;
+    if (grads[0].defined()) {
+      grad_input = at::max_pool2d_with_indices_backward(grads[0], saved[0], {p[0], p[1]}, {p[2], p[3]},
+                                                        {p[4], p[5]}, {p[6], p[7]}, p[8] != 0, saved[1]);
+    }
+    return {grad_input, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// The dispatch keys of a plain CPU tensor, with and without autograd's (an inference tensor).
+bool PlainCpu(const at::Tensor& x) {
+  static const uint64_t with_autograd = at::empty({1}).key_set().raw_repr();
+  static const uint64_t inference = [] {
+    c10::InferenceMode mode;
+    return at::empty({1}).key_set().raw_repr();
+  }();
+  const uint64_t keys = x.key_set().raw_repr();
+  return keys == with_autograd || keys == inference;
+}
+
+bool NativeMaxPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  const c10::IValue& v = slots[s.args[0].slot];
+  if (!v.isTensor()) return false;
+  const at::Tensor& x = v.toTensor();
+  if (!x.defined() || !PlainCpu(x)) return false;
+  const at::ScalarType dtype = x.scalar_type();
+  if ((dtype != at::kFloat && dtype != at::kDouble) || (x.dim() != 3 && x.dim() != 4) || !x.is_contiguous()) {
+    return false;
+  }
+  for (int64_t d : x.sizes()) {
+    if (d <= 0) return false;
+  }
+  const PoolParams p = ParamsOf(s);
+  const int64_t oh = OutputSize(x.size(-2), p.kh, p.ph, p.sh, p.dh, p.ceil);
+  const int64_t ow = OutputSize(x.size(-1), p.kw, p.pw, p.sw, p.dw, p.ceil);
+  if (oh < 1 || ow < 1) return false;
+  const bool with_indices = s.returns.size() == 2;
+  const bool history = c10::GradMode::is_enabled() && x.requires_grad();
+  if (x.unsafeGetTensorImpl()->autograd_meta() != nullptr && x._fw_grad(0).defined()) return false;
+  ++native_calls;
+  if (history) {
+    torch::autograd::variable_list r = MaxPool2dNode::apply(x, &s, oh, ow);
+    slots[s.returns[0].slots[0]] = std::move(r[0]);
+    if (with_indices) slots[s.returns[1].slots[0]] = std::move(r[1]);
+    return true;
+  }
+  auto [out, ind] = RunPool(x, p, oh, ow, with_indices);
+  slots[s.returns[0].slots[0]] = std::move(out);
+  if (with_indices) slots[s.returns[1].slots[0]] = std::move(ind);
+  return true;
+}
+
+// kernel_size, stride, padding and dilation as ATen accepts them, into `params`.
+bool MaxPoolParams(const OpStep& s, std::vector<int64_t>* params) {
+  if (s.args.size() != 6 || s.args[0].kind != OpStepArg::Kind::kSlot) return false;
+  for (size_t i = 1; i < 6; ++i) {
+    if (s.args[i].kind != OpStepArg::Kind::kConstant) return false;
+  }
+  if (!s.args[5].constant.isBool()) return false;
+  std::vector<int64_t> pair[4];
+  for (int i = 0; i < 4; ++i) {
+    if (!s.args[1 + i].constant.isIntList()) return false;
+    pair[i] = s.args[1 + i].constant.toIntVector();
+  }
+  std::vector<int64_t>& k = pair[0];
+  std::vector<int64_t>& st = pair[1];
+  if (st.empty()) st = k;
+  for (std::vector<int64_t>& q : pair) {
+    if (q.size() == 1) q.push_back(q[0]);
+    if (q.size() != 2) return false;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (pair[0][i] <= 0 || pair[1][i] <= 0 || pair[3][i] <= 0 || pair[2][i] < 0 || pair[2][i] > pair[0][i] / 2) {
+      return false;
+    }
+  }
+  *params = {pair[0][0], pair[0][1], pair[1][0], pair[1][1], pair[2][0],
+             pair[2][1], pair[3][0], pair[3][1], s.args[5].constant.toBool() ? 1 : 0};
+  return true;
+}
+
+}  // namespace
+
+void SetNative(OpStep* s) {
+  s->native = nullptr;
+  if (s->mode || s->check_shapes) return;
+  const bool pool = s->name == "aten::max_pool2d" && s->returns.size() == 1;
+  const bool pool_indices = s->name == "aten::max_pool2d_with_indices" && s->returns.size() == 2;
+  if (!pool && !pool_indices) return;
+  for (const OpStepReturn& r : s->returns) {
+    if (r.kind != tracer::NodeReturn::Kind::kTensor || r.slots.size() != 1 || r.slots[0] < 0) return;
+  }
+  if (!MaxPoolParams(*s, &s->native_params)) return;
+  s->native = &NativeMaxPool2d;
+}
+
+bool MayRunNative(const tracer::Node& n) {
+  return n.op == "aten::max_pool2d" || n.op == "aten::max_pool2d_with_indices";
+}
+
+int64_t NativeCallsOnThisThread() { return native_calls; }
+
+}  // namespace warden::codegen

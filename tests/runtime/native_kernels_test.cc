@@ -1,0 +1,216 @@
+// Note [Native kernels] (runtime/native_kernels.cc) through warden::compile on backend "cpp":
+// max_pool2d and max_pool2d_with_indices against eager for every parameter form (ties, NaN, -inf,
+// padding, dilation, ceil_mode, 3-D input, f64), gradients bit-equal to eager's through the
+// kernel's autograd node, the fallbacks (non-contiguous input, integer dtype, bad parameters raise
+// eager's error), and the saved-tensor version check. Each test asserts whether the kernel ran.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/codegen_replay.h"
+#include "runtime/warden.h"
+#include "tests/test_env.h"
+
+namespace warden {
+namespace {
+
+using Args = std::vector<c10::IValue>;
+using test_util::ScopedCacheDir;
+
+Options Cpp(const std::string& name) {
+  Options o;
+  o.name = name;
+  o.backend = "cpp";
+  o.dynamic = Dynamic::kStatic;
+  return o;
+}
+
+// Equal as eager computes it: NaN where eager has NaN, every other element bit-equal.
+void ExpectSame(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  if (want.is_floating_point()) {
+    EXPECT_TRUE(torch::equal(torch::isnan(got), torch::isnan(want))) << what;
+    EXPECT_TRUE(torch::equal(got.nan_to_num(0, 0, 0), want.nan_to_num(0, 0, 0)))
+        << what << "\ngot\n" << got << "\nwant\n" << want;
+  } else {
+    EXPECT_TRUE(torch::equal(got, want)) << what << "\ngot\n" << got << "\nwant\n" << want;
+  }
+}
+
+// Input with many ties (rounded values, relu's zeros), NaNs (two in one window), -inf windows.
+at::Tensor TrickyInput(std::vector<int64_t> sizes, at::ScalarType dtype) {
+  torch::manual_seed(3);
+  at::Tensor x = torch::round(torch::randn(sizes, torch::TensorOptions().dtype(dtype)) * 2);
+  at::Tensor flat = x.view({-1});
+  const int64_t n = flat.numel();
+  const int64_t w = sizes.back();
+  flat[1] = NAN;
+  flat[2] = NAN;
+  flat[w] = NAN;  // with flat[1]: two NaNs in the first 2x2 window (the last one wins, as in ATen)
+  flat[n / 2] = NAN;
+  // A whole 2x2 window of -inf at the start of the last row pair.
+  const int64_t last = n - 2 * w;
+  flat[last] = -INFINITY;
+  flat[last + 1] = -INFINITY;
+  flat[last + w] = -INFINITY;
+  flat[last + w + 1] = -INFINITY;
+  return x;
+}
+
+struct PoolCase {
+  std::string name;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> kernel, stride, padding, dilation;
+  bool ceil;
+  at::ScalarType dtype = at::kFloat;
+};
+
+std::vector<PoolCase> Cases() {
+  return {
+      {"2x2/2", {2, 3, 8, 10}, {2}, {}, {0}, {1}, false},
+      {"2x2/2 wide rows", {2, 3, 12, 40}, {2}, {}, {0}, {1}, false},
+      {"2x2/2 odd sizes", {2, 3, 9, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+      {"3x3/2 pad 1", {2, 2, 9, 9}, {3}, {2}, {1}, {1}, false},
+      {"3x2/1 pad (1,0)", {1, 4, 6, 5}, {3, 2}, {1, 1}, {1, 0}, {1}, false},
+      {"2x2/2 ceil", {2, 2, 7, 9}, {2}, {2}, {0}, {1}, true},
+      {"3x3/2 pad 1 ceil", {1, 2, 8, 8}, {3}, {2}, {1}, {1}, true},
+      {"3x3 dilation 2", {1, 3, 11, 12}, {3}, {1}, {1}, {2}, false},
+      {"3-D input", {3, 8, 6}, {2}, {}, {0}, {1}, false},
+      {"f64", {2, 3, 8, 8}, {2}, {}, {0}, {1}, false, at::kDouble},
+  };
+}
+
+TEST(NativeKernels, MaxPoolMatchesEagerForEveryParameterForm) {
+  ScopedCacheDir cache;
+  for (const PoolCase& c : Cases()) {
+    for (bool relu : {false, true}) {
+      auto fn = [c, relu](const Args& a) -> std::vector<at::Tensor> {
+        at::Tensor x = a[0].toTensor();
+        if (relu) x = torch::relu(x);
+        at::Tensor pooled = torch::max_pool2d(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil);
+        auto [values, indices] = torch::max_pool2d_with_indices(x * 2, c.kernel, c.stride, c.padding, c.dilation, c.ceil);
+        return {pooled, values, indices};
+      };
+      const std::string what = c.name + (relu ? " after relu" : "");
+      CompiledFunction f = compile(fn, Cpp("pool"));
+      const Args args{TrickyInput(c.sizes, c.dtype)};
+      const std::vector<at::Tensor> want = fn(args);
+      f(args);
+      const int64_t before = codegen::NativeCallsOnThisThread();
+      const std::vector<at::Tensor> got = f(args);
+      EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 2) << what;
+      ASSERT_EQ(got.size(), 3u) << what;
+      for (int i = 0; i < 3; ++i) ExpectSame(got[i], want[i], what + ", output " + std::to_string(i));
+      EXPECT_TRUE(got[0].is_contiguous()) << what;
+    }
+  }
+}
+
+TEST(NativeKernels, MaxPoolGradientsEqualEagersThroughTies) {
+  ScopedCacheDir cache;
+  for (const PoolCase& c : Cases()) {
+    auto fn = [c](const Args& a) -> std::vector<at::Tensor> {
+      at::Tensor h = torch::relu(a[0].toTensor() * a[1].toTensor());
+      return {torch::max_pool2d(h, c.kernel, c.stride, c.padding, c.dilation, c.ceil)};
+    };
+    CompiledFunction f = compile(fn, Cpp("pool_grad"));
+    at::Tensor x = TrickyInput(c.sizes, c.dtype).nan_to_num(0, 0, 0);  // finite: gradients compare exactly
+    at::Tensor w = torch::ones({c.sizes.back()}, torch::TensorOptions().dtype(c.dtype));
+    auto run = [&](bool compiled, int64_t* native) {
+      at::Tensor wp = w.clone().requires_grad_(true);
+      const int64_t before = codegen::NativeCallsOnThisThread();
+      at::Tensor out = compiled ? f({x, wp})[0] : fn({x, wp})[0];
+      *native = codegen::NativeCallsOnThisThread() - before;
+      EXPECT_TRUE(out.requires_grad()) << c.name;
+      at::Tensor weights = torch::arange(out.numel(), torch::TensorOptions().dtype(c.dtype)).view(out.sizes());
+      (out * weights).sum().backward();
+      return std::make_pair(out.detach(), wp.grad());
+    };
+    int64_t native = 0;
+    const auto want = run(false, &native);
+    run(true, &native);  // the trace
+    const auto got = run(true, &native);
+    EXPECT_EQ(native, 1) << c.name << "\n" << f.explain();
+    ExpectSame(got.first, want.first, c.name + " forward");
+    ExpectSame(got.second, want.second, c.name + " gradient");
+  }
+}
+
+TEST(NativeKernels, FallsBackToATenWhereItsChecksFail) {
+  ScopedCacheDir cache;
+  // A transposed (non-contiguous) input and a channels-last one: ATen runs, results as eager's.
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    return {torch::max_pool2d(a[0].toTensor().transpose(2, 3), 2),
+            std::get<0>(torch::max_pool2d_with_indices(a[1].toTensor().contiguous(at::MemoryFormat::ChannelsLast), 2))};
+  };
+  CompiledFunction f = compile(fn, Cpp("pool_fallback"));
+  const Args args{torch::randn({2, 3, 6, 8}), torch::randn({2, 3, 6, 8})};
+  const std::vector<at::Tensor> want = fn(args);
+  f(args);
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  const std::vector<at::Tensor> got = f(args);
+  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 0);
+  ExpectSame(got[0], want[0], "transposed");
+  ExpectSame(got[1], want[1], "channels last");
+}
+
+TEST(NativeKernels, BadParametersRaiseEagersError) {
+  ScopedCacheDir cache;
+  // Padding above half the kernel: eager raises; so does every call of the compiled function.
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::max_pool2d(a[0].toTensor(), 2, 2, 2)}; };
+  const Args args{torch::randn({1, 1, 6, 6})};
+  std::string eager;
+  try {
+    fn(args);
+  } catch (const c10::Error& e) {
+    eager = e.what_without_backtrace();
+  }
+  ASSERT_NE(eager.find("pad should be"), std::string::npos) << eager;
+  CompiledFunction f = compile(fn, Cpp("pool_bad"));
+  for (int i = 0; i < 2; ++i) {
+    try {
+      f(args);
+      ADD_FAILURE() << "no error on call " << i;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find("pad should be"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(NativeKernels, SavedInputIsVersionCheckedAsInEager) {
+  ScopedCacheDir cache;
+  // The pooled activation is written in place after the pool: backward must raise, as eager's
+  // MaxPool2DWithIndicesBackward0 does for its saved input.
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    at::Tensor h = a[0].toTensor() * a[1].toTensor();
+    at::Tensor p = torch::max_pool2d(h, 2);
+    h.mul_(2);
+    return {p};
+  };
+  CompiledFunction f = compile(fn, Cpp("pool_version"));
+  const at::Tensor x = torch::randn({1, 2, 4, 4});
+  for (int call = 0; call < 3; ++call) {
+    at::Tensor w = torch::ones({4}).requires_grad_(true);
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    at::Tensor out = call == 0 ? fn({x, w})[0] : f({x, w})[0];
+    if (call == 2) EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+    EXPECT_THROW(out.sum().backward(), c10::Error) << "call " << call;
+  }
+}
+
+TEST(NativeKernels, BackendAtenReplaysATen) {
+  ScopedCacheDir cache;
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::max_pool2d(a[0].toTensor(), 2)}; };
+  Options o = Cpp("pool_aten");
+  o.backend = "aten";
+  CompiledFunction f = compile(fn, o);
+  const Args args{torch::randn({1, 2, 4, 4})};
+  f(args);
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  ExpectSame(f(args)[0], fn(args)[0], "aten");
+  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 0);
+}
+
+}  // namespace
+}  // namespace warden
