@@ -12,8 +12,10 @@
 //     (kernel_size 1 or 2 ints, stride 0/1/2, padding 1/2, dilation 1/2), positive kernel, stride
 //     and dilation, and padding at most half the kernel (else ATen raises, so ATen runs);
 //   - at run time: a defined tensor with exactly a plain CPU tensor's dispatch keys (with or
-//     without the autograd keys), f32 or f64, 3-D or 4-D, contiguous, every size positive, output
-//     sizes >= 1, no forward-mode gradient, no thread mode around the step;
+//     without the autograd keys), f32 or f64, 3-D or 4-D, contiguous in the layout ATen would
+//     give its outputs (suggest_memory_format), every size positive, output sizes >= 1, no
+//     forward-mode gradient; no thread mode recorded around the step, and the thread's dispatch
+//     state the default one or the default minus the autograd keys (then no history, as in eager);
 //   - results are ATen's exactly: each output is the first maximum of its window in row-major
 //     order, and a NaN wins over everything and over earlier NaNs (`val > max || isnan(val)`,
 //     ATen's rule), so the indices, and the gradients routed through them, are eager's bit for bit;
@@ -26,6 +28,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -216,10 +219,14 @@ struct MaxPool2dNode : public torch::autograd::Function<MaxPool2dNode> {
 };
 
 // The dispatch keys of a plain CPU tensor, with and without autograd's (an inference tensor).
+// Both are made with inference mode set explicitly: the first call may come from inside it.
 bool PlainCpu(const at::Tensor& x) {
-  static const uint64_t with_autograd = at::empty({1}).key_set().raw_repr();
+  static const uint64_t with_autograd = [] {
+    c10::InferenceMode mode(false);
+    return at::empty({1}).key_set().raw_repr();
+  }();
   static const uint64_t inference = [] {
-    c10::InferenceMode mode;
+    c10::InferenceMode mode(true);
     return at::empty({1}).key_set().raw_repr();
   }();
   const uint64_t keys = x.key_set().raw_repr();
@@ -232,7 +239,10 @@ bool NativeMaxPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   const at::Tensor& x = v.toTensor();
   if (!x.defined() || !PlainCpu(x)) return false;
   const at::ScalarType dtype = x.scalar_type();
-  if ((dtype != at::kFloat && dtype != at::kDouble) || (x.dim() != 3 && x.dim() != 4) || !x.is_contiguous()) {
+  // ATen lays its outputs out as suggest_memory_format() says: a contiguous tensor can still be
+  // channels-last to it (one channel, NHWC storage), and then eager's outputs are channels-last.
+  if ((dtype != at::kFloat && dtype != at::kDouble) || (x.dim() != 3 && x.dim() != 4) || !x.is_contiguous() ||
+      x.suggest_memory_format() != at::MemoryFormat::Contiguous) {
     return false;
   }
   for (int64_t d : x.sizes()) {
@@ -242,8 +252,16 @@ bool NativeMaxPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   const int64_t oh = OutputSize(x.size(-2), p.kh, p.ph, p.sh, p.dh, p.ceil);
   const int64_t ow = OutputSize(x.size(-1), p.kw, p.pw, p.sw, p.dw, p.ceil);
   if (oh < 1 || ow < 1) return false;
+  // The thread's dispatch state: the kernel stands for the CPU kernel and, with history, for the
+  // autograd kernel above it. Any key a thread includes beyond the default, or excludes beyond the default and
+  // autograd's (which only drops the history: Note [Below autograd]), means eager would run
+  // something else first: ATen runs.
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  if (!(local.included_ - c10::default_included_set).empty()) return false;
+  const c10::DispatchKeySet excluded = local.excluded_ - c10::default_excluded_set;
+  if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return false;
   const bool with_indices = s.returns.size() == 2;
-  const bool history = c10::GradMode::is_enabled() && x.requires_grad();
+  const bool history = c10::GradMode::is_enabled() && x.requires_grad() && !excluded.has(c10::DispatchKey::AutogradCPU);
   if (x.unsafeGetTensorImpl()->autograd_meta() != nullptr && x._fw_grad(0).defined()) return false;
   ++native_calls;
   if (history) {

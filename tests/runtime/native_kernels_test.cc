@@ -199,6 +199,49 @@ TEST(NativeKernels, SavedInputIsVersionCheckedAsInEager) {
   }
 }
 
+TEST(NativeKernels, OneChannelChannelsLastInputKeepsEagersLayout) {
+  ScopedCacheDir cache;
+  // NHWC storage with one channel is contiguous, but ATen's outputs follow
+  // suggest_memory_format(), which says channels-last: ATen runs, and the strides are eager's.
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    at::Tensor x = a[0].toTensor().permute({0, 3, 1, 2});
+    auto [values, indices] = torch::max_pool2d_with_indices(x, 2);
+    return {torch::max_pool2d(x, 2), values, indices};
+  };
+  CompiledFunction f = compile(fn, Cpp("pool_nhwc"));
+  const Args args{torch::randn({2, 6, 8, 1})};
+  const std::vector<at::Tensor> want = fn(args);
+  ASSERT_TRUE(args[0].toTensor().permute({0, 3, 1, 2}).is_contiguous());
+  f(args);
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  const std::vector<at::Tensor> got = f(args);
+  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 0);
+  for (int i = 0; i < 3; ++i) {
+    ExpectSame(got[i], want[i], "output " + std::to_string(i));
+    EXPECT_EQ(got[i].strides(), want[i].strides()) << "output " << i;
+  }
+}
+
+TEST(NativeKernels, BelowAutogradThreadStateRecordsNoHistory) {
+  ScopedCacheDir cache;
+  // Called with the autograd keys excluded on the thread, eager's pool records nothing even for an
+  // input that requires grad; the kernel may run, without its autograd node.
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::max_pool2d(a[0].toTensor(), 2)}; };
+  CompiledFunction f = compile(fn, Cpp("pool_below"));
+  const at::Tensor x = torch::randn({1, 2, 4, 4}).requires_grad_(true);
+  at::AutoDispatchBelowADInplaceOrView below;
+  const at::Tensor want = fn({x})[0];
+  ASSERT_FALSE(want.requires_grad());
+  for (int call = 0; call < 3; ++call) {
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const at::Tensor got = f({x})[0];
+    if (call > 0) EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+    EXPECT_EQ(got.requires_grad(), want.requires_grad()) << "call " << call;
+    EXPECT_EQ(got.grad_fn(), nullptr) << "call " << call;
+    ExpectSame(got, want, "call " + std::to_string(call));
+  }
+}
+
 TEST(NativeKernels, BackendAtenReplaysATen) {
   ScopedCacheDir cache;
   auto fn = [](const Args& a) -> std::vector<at::Tensor> { return {torch::max_pool2d(a[0].toTensor(), 2)}; };
