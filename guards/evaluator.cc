@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/AutogradState.h>
@@ -358,6 +359,29 @@ inline const c10::AutogradState& AutogradTls() {
   return *state;
 }
 
+// Note [Inline requires_grad]
+// TensorImpl::requires_grad() is defined out of line in libc10: a call per tensor record, with the
+// registers the record loop keeps live spilled around it, for a body that tests autograd_meta_ and,
+// only when there is one, asks it. The record loop makes the same test inline. autograd_meta_ is a
+// protected member; its member pointer comes from an explicit instantiation, where C++ does not
+// check access ([temp.spec.general]), so the offset is the compiler's, from LibTorch's own header,
+// and a LibTorch whose member differs fails to compile here rather than reading the wrong field.
+struct AutogradMetaMember {
+  using type = std::unique_ptr<c10::AutogradMetaInterface> c10::TensorImpl::*;
+  friend type MemberPointer(AutogradMetaMember);
+};
+template <typename Tag, typename Tag::type kMember>
+struct ExposeMember {
+  friend typename Tag::type MemberPointer(Tag) { return kMember; }
+};
+template struct ExposeMember<AutogradMetaMember, &c10::TensorImpl::autograd_meta_>;
+
+// TensorImpl::requires_grad(), inline (Note [Inline requires_grad]).
+inline bool RequiresGrad(const c10::TensorImpl* t) {
+  const std::unique_ptr<c10::AutogradMetaInterface>& meta = t->*MemberPointer(AutogradMetaMember{});
+  return meta != nullptr && meta->requires_grad();
+}
+
 // A device as two bytes (type, index), as the record compares it.
 inline uint16_t DeviceBits(c10::Device d) {
   return static_cast<uint16_t>(static_cast<uint8_t>(d.type()) |
@@ -537,7 +561,7 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
 // [Dispatch keys]), the TensorImpl pointer kept for the identity check whatever the record's kind,
 // exact sizes up to kExactDims compared from the record itself with one branch for all of them,
 // a strided layout compared against the constant (two tests on the inline path), and only then
-// the out-of-line requires_grad(). Every guard of the record is still checked on every hit.
+// requires_grad (Note [Inline requires_grad]). Every guard of the record is still checked on every hit.
 bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
   if (num_args < min_args_) return false;
@@ -590,7 +614,7 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
                                                         : static_cast<int8_t>(t->layout()) != r.layout) {
       return false;
     }
-    if (DeviceBits(t->device()) != r.device || t->requires_grad() != r.requires_grad) return false;
+    if (DeviceBits(t->device()) != r.device || RequiresGrad(t) != r.requires_grad) return false;
     // Note [Leaf guard]: only tensors that require grad have a leafness to check.
     if (r.requires_grad && v.toTensor().is_leaf() != r.leaf) return false;
   }

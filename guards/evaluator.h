@@ -93,8 +93,9 @@ class HitCheck {
   HitCheck() = default;
   explicit HitCheck(const std::vector<Guard>& guards);
 
-  // Hot path: no allocation, lock or throw; the only calls are requires_grad() per tensor and
-  // the autograd TLS read.
+  // Hot path: no allocation, lock or throw; the only calls are the autograd metadata's
+  // requires_grad() for tensors that have one (Note [Inline requires_grad]) and the autograd TLS
+  // read.
   bool Check(const c10::IValue* args, size_t num_args) const noexcept;
   bool Check(const std::vector<c10::IValue>& args) const noexcept { return Check(args.data(), args.size()); }
 
