@@ -25,6 +25,9 @@ class CodegenArtifact : public Artifact {
   // straight-line programs (Note [Straight-line programs] in runtime/codegen_pointwise.h).
   virtual std::vector<std::vector<int>> fused_regions() const = 0;
   virtual int programs() const { return 0; }
+  // "aten::max_pool2d at %2" per replay step that has a kernel built into Warden (Note [Native
+  // kernels] in runtime/native_kernels.cc), in graph order.
+  virtual std::vector<std::string> native_kernels() const { return {}; }
 };
 
 // Process-wide count of fused-region (or program) runs whose run-time check failed (a

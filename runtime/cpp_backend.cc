@@ -296,6 +296,13 @@ class CppArtifact final : public CodegenArtifact {
     return regions;
   }
   int programs() const override { return static_cast<int>(plan_.programs.size()); }
+  std::vector<std::string> native_kernels() const override {
+    std::vector<std::string> out;
+    for (const codegen::OpStep& s : ops_) {
+      if (s.native != nullptr) out.push_back(absl::StrCat(s.name, " at %", s.index));
+    }
+    return out;
+  }
 
   // Hot path: a boxed call per unfused node and one kernel call per region (plus the allocation
   // of the region's outputs); takes no lock (but see EmptyOutput for outputs of >= 4 MB).

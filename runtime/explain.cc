@@ -49,6 +49,7 @@ struct CodegenInfo {
   std::string source;
   int regions = 0;
   std::vector<std::string> programs;  // "%a..%b" per straight-line program
+  std::vector<std::string> native;    // Note [Native kernels]
 };
 
 CodegenInfo CodegenInfoOf(const CacheEntry& e) {
@@ -59,6 +60,7 @@ CodegenInfo CodegenInfoOf(const CacheEntry& e) {
     info.source = c->source();
     const auto regions = c->fused_regions();
     info.regions = static_cast<int>(regions.size());
+    info.native = c->native_kernels();
     for (size_t r = regions.size() - std::min<size_t>(regions.size(), c->programs()); r < regions.size(); ++r) {
       info.programs.push_back(absl::StrCat("%", regions[r].front(), "..%", regions[r].back()));
     }
@@ -99,6 +101,11 @@ std::string CompiledFunction::explain() const {
       absl::StrAppend(&out, "  kernels: ", code.regions, " fused region", code.regions == 1 ? "" : "s", programs,
                       " in ", code.library, " (", code.origin,
                       "; source beside it; WARDEN_LOGS=output_code prints it)\n");
+    }
+    if (!code.native.empty()) {
+      absl::StrAppend(&out, "  native kernels: ", absl::StrJoin(code.native, ", "),
+                      " (Warden's own kernel where its run-time checks pass, else the ATen call: Note [Native "
+                      "kernels])\n");
     }
     for (const std::string& m : e->rule_mismatches) absl::StrAppend(&out, "  rule mismatch: ", m, "\n");
     for (const std::string& m : e->scalar_notes) absl::StrAppend(&out, "  scalar: ", m, "\n");
@@ -180,6 +187,7 @@ std::string CompiledFunction::explain_json() const {
                        {"kernel_origin", CodegenInfoOf(*e).origin},
                        {"fused_regions", CodegenInfoOf(*e).regions},
                        {"programs", CodegenInfoOf(*e).programs},
+                       {"native_kernels", CodegenInfoOf(*e).native},
                        {"generated_source", CodegenInfoOf(*e).source},
                        {"created_at_call", e->created_at_call},
                        {"hits", e->hits.load()},

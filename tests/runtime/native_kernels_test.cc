@@ -102,6 +102,11 @@ TEST(NativeKernels, MaxPoolMatchesEagerForEveryParameterForm) {
       const int64_t before = codegen::NativeCallsOnThisThread();
       const std::vector<at::Tensor> got = f(args);
       EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 2) << what;
+      EXPECT_NE(f.explain().find("native kernels: aten::max_pool2d at %"), std::string::npos) << f.explain();
+      const std::string json = f.explain_json();
+      const size_t key = json.find("\"native_kernels\"");
+      EXPECT_NE(key, std::string::npos) << json;
+      EXPECT_NE(json.find("\"aten::max_pool2d at %", key), std::string::npos) << json;
       ASSERT_EQ(got.size(), 3u) << what;
       for (int i = 0; i < 3; ++i) ExpectSame(got[i], want[i], what + ", output " + std::to_string(i));
       EXPECT_TRUE(got[0].is_contiguous()) << what;
