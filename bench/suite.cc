@@ -177,6 +177,11 @@ std::vector<Workload>& Workloads() {
     }
     w->push_back({"blocks/softmax_64x1024", Unary([](const at::Tensor& x) { return torch::softmax(x, -1); }),
                   RandomTensors(1, {64, 1024})});
+    // Pooling of a small CNN's first activation (Note [Native kernels] on backend cpp).
+    w->push_back({"blocks/max_pool2d_16x8x28x28", Unary([](const at::Tensor& x) { return torch::max_pool2d(x, 2); }),
+                  RandomTensors(1, {16, 8, 28, 28})});
+    w->push_back({"blocks/avg_pool2d_16x8x28x28", Unary([](const at::Tensor& x) { return torch::avg_pool2d(x, 2); }),
+                  RandomTensors(1, {16, 8, 28, 28})});
     {
       auto block = std::make_shared<AttentionBlock>(64, 4);
       w->push_back({"blocks/attention_4x32x64", Unary([block](const at::Tensor& x) { return (*block)(x); }),

@@ -7,6 +7,9 @@
 // of such an op calls a kernel compiled into Warden instead, when its run-time checks pass, and the
 // ATen call otherwise (same results, same errors).
 //
+// avg_pool2d has the same kind of loop (~2 ns per input element). Kernels here: max_pool2d,
+// max_pool2d_with_indices (NativeMaxPool2d) and avg_pool2d (NativeAvgPool2d).
+//
 // max_pool2d / max_pool2d_with_indices (NativeMaxPool2d):
 //   - built only when every argument but the input is a constant with ATen's accepted forms
 //     (kernel_size 1 or 2 ints, stride 0/1/2, padding 1/2, dilation 1/2), positive kernel, stride
@@ -24,6 +27,11 @@
 //     max_pool2d_with_indices_backward with the saved input and indices, the formula eager's
 //     MaxPool2DWithIndicesBackward0 applies; saved tensors are version-checked as eager's are. The
 //     difference a user can see is the node's name (grad_fn()->name()).
+// avg_pool2d (NativeAvgPool2d): the same checks; count_include_pad and divisor_override as ATen
+// takes them (a zero divisor is ATen's error). Each window is clipped to the padded input for its
+// pool size, then to the input; its sum starts from 0 in the dtype and adds row-major, and the
+// output is 0 + sum / divisor, as in ATen's loop: the same IEEE operations, so the same bits (signs
+// of zero included). Its node's backward is ATen's avg_pool2d_backward on the saved input.
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
@@ -32,6 +40,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -45,14 +54,23 @@ namespace {
 thread_local int64_t native_calls = 0;
 
 // The parameters of one max pool step, from its constant arguments.
+// native_params: kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode, then for avg_pool2d count_include_pad
+// and divisor_override (0: none).
 struct PoolParams {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   bool ceil;
+  bool include_pad = true;
+  int64_t divisor = 0;
 };
 
 PoolParams ParamsOf(const OpStep& s) {
   const std::vector<int64_t>& p = s.native_params;
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8] != 0};
+  PoolParams r{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8] != 0};
+  if (p.size() > 10) {
+    r.include_pad = p[9] != 0;
+    r.divisor = p[10];
+  }
+  return r;
 }
 
 // ATen's pooling_output_shape, or -1 where ATen would reject the result.
@@ -164,6 +182,74 @@ void PoolPlane(const T* in, T* out, int64_t* ind, int64_t h, int64_t w, int64_t 
   }
 }
 
+#if defined(__SSE2__)
+// avg_pool2d over four 2x2/2 windows of f32 at a time, summed in ATen's order from 0 and divided
+// by `divisor` (ATen's `0 + sum / divide_factor`, the same IEEE operations lane by lane).
+int64_t AvgPool2x2Sse(const float* r0, const float* r1, float* o, int64_t ow, float divisor) {
+  int64_t c = 0;
+  const __m128 zero = _mm_setzero_ps(), div = _mm_set1_ps(divisor);
+  for (; c + 4 <= ow; c += 4) {
+    const __m128 lo0 = _mm_loadu_ps(r0 + 2 * c), hi0 = _mm_loadu_ps(r0 + 2 * c + 4);
+    const __m128 lo1 = _mm_loadu_ps(r1 + 2 * c), hi1 = _mm_loadu_ps(r1 + 2 * c + 4);
+    __m128 sum = _mm_add_ps(zero, _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(2, 0, 2, 0)));
+    sum = _mm_add_ps(sum, _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(3, 1, 3, 1)));
+    sum = _mm_add_ps(sum, _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(2, 0, 2, 0)));
+    sum = _mm_add_ps(sum, _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm_storeu_ps(o + c, _mm_add_ps(zero, _mm_div_ps(sum, div)));
+  }
+  return c;
+}
+#endif
+
+// avg_pool2d of one plane, ATen's loop: the window clipped to the padded input gives the pool
+// size, then to the input; the sum starts at 0 in the dtype, row-major; the output is
+// 0 + sum / divisor (an empty window stays 0).
+template <typename T>
+void AvgPoolPlane(const T* in, T* out, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolParams& p) {
+  if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && 2 * oh <= h && 2 * ow <= w) {
+    const int64_t divisor = p.divisor != 0 ? p.divisor : 4;
+    for (int64_t y = 0; y < oh; ++y) {
+      const T* r0 = in + 2 * y * w;
+      const T* r1 = r0 + w;
+      T* o = out + y * ow;
+      int64_t c = 0;
+#if defined(__SSE2__)
+      if constexpr (std::is_same_v<T, float>) c = AvgPool2x2Sse(r0, r1, o, ow, static_cast<float>(divisor));
+#endif
+      for (; c < ow; ++c) {
+        T sum = 0;
+        sum += r0[2 * c];
+        sum += r0[2 * c + 1];
+        sum += r1[2 * c];
+        sum += r1[2 * c + 1];
+        o[c] = T(0) + sum / divisor;
+      }
+    }
+    return;
+  }
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t c = 0; c < ow; ++c) {
+      int64_t h0 = y * p.sh - p.ph, w0 = c * p.sw - p.pw;
+      int64_t h1 = std::min(h0 + p.kh, h + p.ph), w1 = std::min(w0 + p.kw, w + p.pw);
+      const int64_t pool = (h1 - h0) * (w1 - w0);
+      h0 = std::max<int64_t>(h0, 0);
+      w0 = std::max<int64_t>(w0, 0);
+      h1 = std::min(h1, h);
+      w1 = std::min(w1, w);
+      if (h0 >= h1 || w0 >= w1) {
+        out[y * ow + c] = T(0);
+        continue;
+      }
+      T sum = 0;
+      for (int64_t yy = h0; yy < h1; ++yy) {
+        for (int64_t xx = w0; xx < w1; ++xx) sum += in[yy * w + xx];
+      }
+      const int64_t divisor = p.divisor != 0 ? p.divisor : p.include_pad ? pool : (h1 - h0) * (w1 - w0);
+      out[y * ow + c] = T(0) + sum / divisor;
+    }
+  }
+}
+
 template <typename T>
 void PoolPlanes(const at::Tensor& x, at::Tensor& out, at::Tensor& ind, int64_t planes, int64_t h, int64_t w,
                 int64_t oh, int64_t ow, const PoolParams& p) {
@@ -218,6 +304,47 @@ struct MaxPool2dNode : public torch::autograd::Function<MaxPool2dNode> {
   }
 };
 
+at::Tensor RunAvgPool(const at::Tensor& x, const PoolParams& p, int64_t oh, int64_t ow) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  const int64_t h = sizes[sizes.size() - 2], w = sizes.back();
+  sizes[sizes.size() - 2] = oh;
+  sizes.back() = ow;
+  at::Tensor out = at::empty(sizes, x.options());
+  const int64_t planes = x.numel() / (h * w);
+  if (x.scalar_type() == at::kFloat) {
+    const float* in = x.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t k = 0; k < planes; ++k) AvgPoolPlane<float>(in + k * h * w, o + k * oh * ow, h, w, oh, ow, p);
+  } else {
+    const double* in = x.data_ptr<double>();
+    double* o = out.data_ptr<double>();
+    for (int64_t k = 0; k < planes; ++k) AvgPoolPlane<double>(in + k * h * w, o + k * oh * ow, h, w, oh, ow, p);
+  }
+  return out;
+}
+
+struct AvgPool2dNode : public torch::autograd::Function<AvgPool2dNode> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                const OpStep* step, int64_t oh, int64_t ow) {
+    at::Tensor out = RunAvgPool(x, ParamsOf(*step), oh, ow);
+    ctx->save_for_backward({x});
+    ctx->saved_data["params"] = c10::IValue(step->native_params);
+    return {out};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const std::vector<int64_t> p = ctx->saved_data["params"].toIntVector();
+    at::Tensor grad_input;
+    if (grads[0].defined()) {
+      grad_input = at::avg_pool2d_backward(grads[0], saved[0], {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[8] != 0,
+                                           p[9] != 0, p[10] != 0 ? c10::optional<int64_t>(p[10]) : c10::nullopt);
+    }
+    return {grad_input, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // The dispatch keys of a plain CPU tensor, with and without autograd's (an inference tensor).
 // Both are made with inference mode set explicitly: the first call may come from inside it.
 bool PlainCpu(const at::Tensor& x) {
@@ -233,75 +360,124 @@ bool PlainCpu(const at::Tensor& x) {
   return keys == with_autograd || keys == inference;
 }
 
-bool NativeMaxPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+// A pool step's input that passed the run-time checks: the output's sizes, and whether the result
+// needs the kernel's autograd node.
+struct PoolInput {
+  const at::Tensor* x;
+  int64_t oh, ow;
+  bool history;
+};
+
+// The run-time checks of every pool kernel (Note [Native kernels]).
+std::optional<PoolInput> CheckPoolInput(const OpStep& s, const std::vector<c10::IValue>& slots, const PoolParams& p) {
   const c10::IValue& v = slots[s.args[0].slot];
-  if (!v.isTensor()) return false;
-  const at::Tensor& x = v.toTensor();
-  if (!x.defined() || !PlainCpu(x)) return false;
-  const at::ScalarType dtype = x.scalar_type();
+  if (!v.isTensor()) return std::nullopt;
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || !PlainCpu(t)) return std::nullopt;
+  const at::ScalarType dtype = t.scalar_type();
   // ATen lays its outputs out as suggest_memory_format() says: a contiguous tensor can still be
   // channels-last to it (one channel, NHWC storage), and then eager's outputs are channels-last.
-  if ((dtype != at::kFloat && dtype != at::kDouble) || (x.dim() != 3 && x.dim() != 4) || !x.is_contiguous() ||
-      x.suggest_memory_format() != at::MemoryFormat::Contiguous) {
-    return false;
+  if ((dtype != at::kFloat && dtype != at::kDouble) || (t.dim() != 3 && t.dim() != 4) || !t.is_contiguous() ||
+      t.suggest_memory_format() != at::MemoryFormat::Contiguous) {
+    return std::nullopt;
   }
-  for (int64_t d : x.sizes()) {
-    if (d <= 0) return false;
+  for (int64_t d : t.sizes()) {
+    if (d <= 0) return std::nullopt;
   }
-  const PoolParams p = ParamsOf(s);
-  const int64_t oh = OutputSize(x.size(-2), p.kh, p.ph, p.sh, p.dh, p.ceil);
-  const int64_t ow = OutputSize(x.size(-1), p.kw, p.pw, p.sw, p.dw, p.ceil);
-  if (oh < 1 || ow < 1) return false;
+  const int64_t oh = OutputSize(t.size(-2), p.kh, p.ph, p.sh, p.dh, p.ceil);
+  const int64_t ow = OutputSize(t.size(-1), p.kw, p.pw, p.sw, p.dw, p.ceil);
+  if (oh < 1 || ow < 1) return std::nullopt;
   // The thread's dispatch state: the kernel stands for the CPU kernel and, with history, for the
-  // autograd kernel above it. Any key a thread includes beyond the default, or excludes beyond the default and
-  // autograd's (which only drops the history: Note [Below autograd]), means eager would run
-  // something else first: ATen runs.
+  // autograd kernel above it. Any key a thread includes beyond the default, or excludes beyond the
+  // default and autograd's (which only drops the history: Note [Below autograd]), means eager
+  // would run something else first: ATen runs.
   const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
-  if (!(local.included_ - c10::default_included_set).empty()) return false;
+  if (!(local.included_ - c10::default_included_set).empty()) return std::nullopt;
   const c10::DispatchKeySet excluded = local.excluded_ - c10::default_excluded_set;
-  if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return false;
+  if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return std::nullopt;
+  if (t.unsafeGetTensorImpl()->autograd_meta() != nullptr && t._fw_grad(0).defined()) return std::nullopt;
+  const bool history =
+      c10::GradMode::is_enabled() && t.requires_grad() && !excluded.has(c10::DispatchKey::AutogradCPU);
+  return PoolInput{&t, oh, ow, history};
+}
+
+bool NativeMaxPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  const PoolParams p = ParamsOf(s);
+  const std::optional<PoolInput> in = CheckPoolInput(s, slots, p);
+  if (!in) return false;
   const bool with_indices = s.returns.size() == 2;
-  const bool history = c10::GradMode::is_enabled() && x.requires_grad() && !excluded.has(c10::DispatchKey::AutogradCPU);
-  if (x.unsafeGetTensorImpl()->autograd_meta() != nullptr && x._fw_grad(0).defined()) return false;
   ++native_calls;
-  if (history) {
-    torch::autograd::variable_list r = MaxPool2dNode::apply(x, &s, oh, ow);
+  if (in->history) {
+    torch::autograd::variable_list r = MaxPool2dNode::apply(*in->x, &s, in->oh, in->ow);
     slots[s.returns[0].slots[0]] = std::move(r[0]);
     if (with_indices) slots[s.returns[1].slots[0]] = std::move(r[1]);
     return true;
   }
-  auto [out, ind] = RunPool(x, p, oh, ow, with_indices);
+  auto [out, ind] = RunPool(*in->x, p, in->oh, in->ow, with_indices);
   slots[s.returns[0].slots[0]] = std::move(out);
   if (with_indices) slots[s.returns[1].slots[0]] = std::move(ind);
   return true;
 }
 
-// kernel_size, stride, padding and dilation as ATen accepts them, into `params`.
-bool MaxPoolParams(const OpStep& s, std::vector<int64_t>* params) {
-  if (s.args.size() != 6 || s.args[0].kind != OpStepArg::Kind::kSlot) return false;
-  for (size_t i = 1; i < 6; ++i) {
+bool NativeAvgPool2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  const PoolParams p = ParamsOf(s);
+  const std::optional<PoolInput> in = CheckPoolInput(s, slots, p);
+  if (!in) return false;
+  ++native_calls;
+  slots[s.returns[0].slots[0]] = in->history ? AvgPool2dNode::apply(*in->x, &s, in->oh, in->ow)[0]
+                                             : RunAvgPool(*in->x, p, in->oh, in->ow);
+  return true;
+}
+
+// A pool step's arguments as ATen accepts them: the input from a slot, every other argument a
+// constant; `lists` int[] arguments after the input (kernel_size, stride, padding[, dilation]), each
+// of one or two ints (stride empty: the kernel's), into pairs. False where ATen would raise or the
+// arguments are not constants: ATen runs.
+bool PoolArgs(const OpStep& s, size_t num_args, int lists, std::vector<int64_t> (&pair)[4]) {
+  if (s.args.size() != num_args || s.args[0].kind != OpStepArg::Kind::kSlot) return false;
+  for (size_t i = 1; i < num_args; ++i) {
     if (s.args[i].kind != OpStepArg::Kind::kConstant) return false;
   }
-  if (!s.args[5].constant.isBool()) return false;
-  std::vector<int64_t> pair[4];
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < lists; ++i) {
     if (!s.args[1 + i].constant.isIntList()) return false;
     pair[i] = s.args[1 + i].constant.toIntVector();
   }
-  std::vector<int64_t>& k = pair[0];
-  std::vector<int64_t>& st = pair[1];
-  if (st.empty()) st = k;
-  for (std::vector<int64_t>& q : pair) {
-    if (q.size() == 1) q.push_back(q[0]);
-    if (q.size() != 2) return false;
+  if (pair[1].empty()) pair[1] = pair[0];
+  for (int i = 0; i < lists; ++i) {
+    if (pair[i].size() == 1) pair[i].push_back(pair[i][0]);
+    if (pair[i].size() != 2) return false;
   }
+  if (lists < 4) pair[3] = {1, 1};  // no dilation
   for (int i = 0; i < 2; ++i) {
     if (pair[0][i] <= 0 || pair[1][i] <= 0 || pair[3][i] <= 0 || pair[2][i] < 0 || pair[2][i] > pair[0][i] / 2) {
       return false;
     }
   }
+  return true;
+}
+
+// max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode) into `params`.
+bool MaxPoolParams(const OpStep& s, std::vector<int64_t>* params) {
+  std::vector<int64_t> pair[4];
+  if (!PoolArgs(s, 6, 4, pair) || !s.args[5].constant.isBool()) return false;
   *params = {pair[0][0], pair[0][1], pair[1][0], pair[1][1], pair[2][0],
              pair[2][1], pair[3][0], pair[3][1], s.args[5].constant.toBool() ? 1 : 0};
+  return true;
+}
+
+// avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+// into `params`.
+bool AvgPoolParams(const OpStep& s, std::vector<int64_t>* params) {
+  std::vector<int64_t> pair[4];
+  if (!PoolArgs(s, 7, 3, pair)) return false;
+  const c10::IValue& divisor = s.args[6].constant;
+  if (!s.args[4].constant.isBool() || !s.args[5].constant.isBool() || !(divisor.isNone() || divisor.isInt())) {
+    return false;
+  }
+  if (divisor.isInt() && divisor.toInt() == 0) return false;  // ATen: "divisor must be not zero"
+  *params = {pair[0][0], pair[0][1], pair[1][0], pair[1][1], pair[2][0], pair[2][1], 1, 1,
+             s.args[4].constant.toBool() ? 1 : 0, s.args[5].constant.toBool() ? 1 : 0,
+             divisor.isInt() ? divisor.toInt() : 0};
   return true;
 }
 
@@ -312,16 +488,21 @@ void SetNative(OpStep* s) {
   if (s->mode || s->check_shapes) return;
   const bool pool = s->name == "aten::max_pool2d" && s->returns.size() == 1;
   const bool pool_indices = s->name == "aten::max_pool2d_with_indices" && s->returns.size() == 2;
-  if (!pool && !pool_indices) return;
+  const bool avg = s->name == "aten::avg_pool2d" && s->returns.size() == 1;
+  if (!pool && !pool_indices && !avg) return;
   for (const OpStepReturn& r : s->returns) {
     if (r.kind != tracer::NodeReturn::Kind::kTensor || r.slots.size() != 1 || r.slots[0] < 0) return;
+  }
+  if (avg) {
+    if (AvgPoolParams(*s, &s->native_params)) s->native = &NativeAvgPool2d;
+    return;
   }
   if (!MaxPoolParams(*s, &s->native_params)) return;
   s->native = &NativeMaxPool2d;
 }
 
 bool MayRunNative(const tracer::Node& n) {
-  return n.op == "aten::max_pool2d" || n.op == "aten::max_pool2d_with_indices";
+  return n.op == "aten::max_pool2d" || n.op == "aten::max_pool2d_with_indices" || n.op == "aten::avg_pool2d";
 }
 
 int64_t NativeCallsOnThisThread() { return native_calls; }

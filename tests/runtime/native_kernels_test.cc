@@ -3,6 +3,7 @@
 // padding, dilation, ceil_mode, 3-D input, f64), gradients bit-equal to eager's through the
 // kernel's autograd node, the fallbacks (non-contiguous input, integer dtype, bad parameters raise
 // eager's error), and the saved-tensor version check. Each test asserts whether the kernel ran.
+#include <functional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -144,79 +145,137 @@ TEST(NativeKernels, MaxPoolGradientsEqualEagersThroughTies) {
   }
 }
 
-// Random shapes, parameters (any ATen accepts, and some it rejects) and contents (ties, NaN, +-inf),
-// with and without gradients: the compiled function agrees with eager on every call, raising
-// where eager raises.
+// One random case: `fn(x, w)` (w = ones over the last dim, requiring grad when `grad`) eagerly and
+// twice through a compiled copy on backend cpp. Every output equals eager's (signs of zero
+// included), and so does w's gradient of sum(out[0] * arange) when `grad`; where eager raises, so
+// does Warden. Counts whether the hit ran a native kernel and whether eager raised.
+struct RandomCounts {
+  int native = 0, eager_errors = 0;
+};
+using PoolFn = std::function<std::vector<at::Tensor>(const Args&)>;
+void CheckRandomCase(const PoolFn& fn, const at::Tensor& x, bool grad, const std::string& what, RandomCounts* counts) {
+  auto run = [&](CompiledFunction* f, std::string* error) -> std::pair<std::vector<at::Tensor>, at::Tensor> {
+    at::Tensor w = torch::ones({x.size(-1)}, x.options()).requires_grad_(grad);
+    try {
+      std::vector<at::Tensor> out = f != nullptr ? (*f)({x, w}) : fn({x, w});
+      at::Tensor g;
+      if (grad) {
+        at::Tensor weights = torch::arange(out[0].numel(), out[0].options().requires_grad(false)).view(out[0].sizes());
+        (out[0] * weights).sum().backward();
+        g = w.grad();
+        out[0] = out[0].detach();
+      }
+      return {out, g};
+    } catch (const c10::Error& e) {
+      *error = e.what_without_backtrace();
+      return {};
+    }
+  };
+  std::string want_error;
+  const auto want = run(nullptr, &want_error);
+  counts->eager_errors += !want_error.empty();
+  CompiledFunction f = compile(fn, Cpp("pool_random"));
+  for (int call = 0; call < 2; ++call) {
+    std::string error;
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const auto got = run(&f, &error);
+    if (call == 1) counts->native += codegen::NativeCallsOnThisThread() > before;
+    if (!want_error.empty()) {
+      EXPECT_FALSE(error.empty()) << what << ": eager raised " << want_error;
+      continue;
+    }
+    ASSERT_TRUE(error.empty()) << what << ": " << error;
+    ASSERT_EQ(got.first.size(), want.first.size()) << what;
+    for (size_t i = 0; i < want.first.size(); ++i) {
+      ExpectSame(got.first[i], want.first[i], what + " output " + std::to_string(i));
+      if (want.first[i].is_floating_point()) {
+        EXPECT_TRUE(torch::equal(torch::signbit(got.first[i]), torch::signbit(want.first[i]))) << what << " signs";
+      }
+    }
+    if (grad) ExpectSame(got.second, want.second, what + " gradient");
+  }
+}
+
+// Random sizes (3-D/4-D), contents (rounded for ties, NaN, +-inf, -0) and dtype.
+at::Tensor RandomPoolInput(std::mt19937_64& rng, bool grad, std::vector<int64_t>* sizes) {
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int64_t rank = uniform(3, 4);
+  sizes->clear();
+  for (int64_t d = 0; d < rank; ++d) sizes->push_back(uniform(1, d + 2 >= rank ? 12 : 3));
+  const at::ScalarType dtype = uniform(0, 3) == 0 ? at::kDouble : at::kFloat;
+  at::Tensor x = torch::round(torch::randn(*sizes, torch::TensorOptions().dtype(dtype)) * 4) / 2;
+  at::Tensor flat = x.view({-1});
+  for (int k = uniform(0, 3); k > 0; --k) {
+    const double special[] = {NAN, INFINITY, -INFINITY, -0.0};
+    flat[uniform(0, flat.numel() - 1)] = special[uniform(0, 3)];
+  }
+  return grad ? x.nan_to_num(0, 0, 0) : x;
+}
+
+// max_pool2d_with_indices: random parameters (any ATen accepts, and some it rejects), with and
+// without gradients: values, indices and gradients equal eager's, errors where eager raises.
 TEST(NativeKernels, RandomCasesAgreeWithEager) {
   ScopedCacheDir cache;
   std::mt19937_64 rng(20261207);
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  int native_cases = 0, eager_errors = 0;
+  RandomCounts counts;
   for (int iter = 0; iter < 150; ++iter) {
-    const int64_t rank = uniform(3, 4);
+    const bool grad = uniform(0, 1) == 1;
     std::vector<int64_t> sizes;
-    for (int64_t d = 0; d < rank; ++d) sizes.push_back(uniform(1, d + 2 >= rank ? 11 : 3));
+    const at::Tensor x = RandomPoolInput(rng, grad, &sizes);
     const std::vector<int64_t> kernel{uniform(1, 4), uniform(1, 4)};
     const std::vector<int64_t> stride{uniform(1, 3), uniform(1, 3)};
     const std::vector<int64_t> padding{uniform(0, 2), uniform(0, 2)};  // above kernel/2 sometimes
     const std::vector<int64_t> dilation{uniform(1, 2), uniform(1, 2)};
     const bool ceil = uniform(0, 1) == 1;
-    const bool grad = uniform(0, 1) == 1;
-    const at::ScalarType dtype = uniform(0, 3) == 0 ? at::kDouble : at::kFloat;
-    at::Tensor x = torch::round(torch::randn(sizes, torch::TensorOptions().dtype(dtype)) * 2);
-    at::Tensor flat = x.view({-1});
-    for (int k = uniform(0, 3); k > 0; --k) {
-      const double special[] = {NAN, INFINITY, -INFINITY};
-      flat[uniform(0, flat.numel() - 1)] = special[uniform(0, 2)];
-    }
-    if (grad) x = x.nan_to_num(0, 0, 0);
     auto fn = [=](const Args& a) -> std::vector<at::Tensor> {
-      at::Tensor h = a[0].toTensor() * a[1].toTensor();
-      auto [values, indices] = torch::max_pool2d_with_indices(h, kernel, stride, padding, dilation, ceil);
+      auto [values, indices] = torch::max_pool2d_with_indices(a[0].toTensor() * a[1].toTensor(), kernel, stride,
+                                                              padding, dilation, ceil);
       return {values, indices};
     };
-    const std::string what = "case " + std::to_string(iter) + " sizes " + c10::str(sizes) + " k " + c10::str(kernel) +
-                             " s " + c10::str(stride) + " p " + c10::str(padding) + " d " + c10::str(dilation) +
-                             (ceil ? " ceil" : "") + (grad ? " grad" : "");
-    auto run = [&](CompiledFunction* f, std::string* error) -> std::pair<std::vector<at::Tensor>, at::Tensor> {
-      at::Tensor w = torch::ones({sizes.back()}, torch::TensorOptions().dtype(dtype)).requires_grad_(grad);
-      try {
-        std::vector<at::Tensor> out = f != nullptr ? (*f)({x, w}) : fn({x, w});
-        at::Tensor g;
-        if (grad) {
-          at::Tensor weights = torch::arange(out[0].numel(), out[0].options().requires_grad(false)).view(out[0].sizes());
-          (out[0] * weights).sum().backward();
-          g = w.grad();
-          out[0] = out[0].detach();
-        }
-        return {out, g};
-      } catch (const c10::Error& e) {
-        *error = e.what_without_backtrace();
-        return {};
-      }
-    };
-    std::string want_error;
-    const auto want = run(nullptr, &want_error);
-    CompiledFunction f = compile(fn, Cpp("pool_random"));
-    for (int call = 0; call < 2; ++call) {
-      std::string error;
-      const int64_t before = codegen::NativeCallsOnThisThread();
-      const auto got = run(&f, &error);
-      if (call == 1) native_cases += codegen::NativeCallsOnThisThread() > before;
-      if (!want_error.empty()) {
-        EXPECT_FALSE(error.empty()) << what << ": eager raised " << want_error;
-        continue;
-      }
-      ASSERT_TRUE(error.empty()) << what << ": " << error;
-      ExpectSame(got.first[0], want.first[0], what + " values");
-      ExpectSame(got.first[1], want.first[1], what + " indices");
-      if (grad) ExpectSame(got.second, want.second, what + " gradient");
-    }
-    eager_errors += !want_error.empty();
+    CheckRandomCase(fn, x, grad,
+                    "case " + std::to_string(iter) + " sizes " + c10::str(sizes) + " k " + c10::str(kernel) + " s " +
+                        c10::str(stride) + " p " + c10::str(padding) + " d " + c10::str(dilation) +
+                        (ceil ? " ceil" : "") + (grad ? " grad" : ""),
+                    &counts);
   }
   // Most cases are valid and run the kernel; some raise in eager and in Warden alike.
-  EXPECT_GT(native_cases, 40);  // 51 of 150 with this seed
-  EXPECT_GT(eager_errors, 5);
+  EXPECT_GT(counts.native, 40);
+  EXPECT_GT(counts.eager_errors, 5);
+}
+
+// avg_pool2d the same way, with count_include_pad, divisor_override and the 2x2/2 fast path; values
+// bit-equal to eager's (the kernel sums in ATen's order and divides as it does).
+TEST(NativeKernels, AvgPoolRandomCasesAgreeWithEager) {
+  ScopedCacheDir cache;
+  std::mt19937_64 rng(7);
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  RandomCounts counts;
+  for (int iter = 0; iter < 150; ++iter) {
+    const bool grad = uniform(0, 1) == 1;
+    std::vector<int64_t> sizes;
+    const at::Tensor x = RandomPoolInput(rng, grad, &sizes);
+    const bool square2 = uniform(0, 2) == 0;
+    const std::vector<int64_t> kernel = square2 ? std::vector<int64_t>{2} : std::vector<int64_t>{uniform(1, 4), uniform(1, 4)};
+    const std::vector<int64_t> stride = square2 ? std::vector<int64_t>{} : std::vector<int64_t>{uniform(1, 3), uniform(1, 3)};
+    const std::vector<int64_t> padding = square2 ? std::vector<int64_t>{0} : std::vector<int64_t>{uniform(0, 2), uniform(0, 2)};
+    const bool ceil = uniform(0, 1) == 1;
+    const bool include_pad = uniform(0, 1) == 1;
+    const int64_t choice = uniform(0, 3);
+    const c10::optional<int64_t> divisor =
+        choice == 0 ? c10::optional<int64_t>(3) : choice == 1 ? c10::optional<int64_t>(-2) : c10::nullopt;
+    auto fn = [=](const Args& a) -> std::vector<at::Tensor> {
+      return {torch::avg_pool2d(a[0].toTensor() * a[1].toTensor(), kernel, stride, padding, ceil, include_pad, divisor)};
+    };
+    CheckRandomCase(fn, x, grad,
+                    "case " + std::to_string(iter) + " sizes " + c10::str(sizes) + " k " + c10::str(kernel) + " s " +
+                        c10::str(stride) + " p " + c10::str(padding) + (ceil ? " ceil" : "") +
+                        (include_pad ? " include_pad" : "") + " divisor " +
+                        (divisor ? std::to_string(*divisor) : "none") + (grad ? " grad" : ""),
+                    &counts);
+  }
+  EXPECT_GT(counts.native, 50);
+  EXPECT_GT(counts.eager_errors, 5);
 }
 
 TEST(NativeKernels, FallsBackToATenWhereItsChecksFail) {
