@@ -82,6 +82,29 @@ struct ConvNetImpl : nn::Module {
 TORCH_MODULE(ConvNet);
 
 // ---------------------------------------------------------------------------------------------
+// LeNet-5 as LeCun et al. drew it (the classic tutorials' variant): 5x5 convolutions, tanh and
+// 2x2 average pooling, 16x16 grayscale input here: conv(1->6, 5, padding 2) -> tanh -> avg_pool2d
+// -> conv(6->16, 5) -> tanh -> avg_pool2d -> flatten(1) -> fc 64 -> 32 -> 10.
+struct LeNet5Impl : nn::Module {
+  LeNet5Impl()
+      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 6, 5).padding(2)))),
+        conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(6, 16, 5)))),
+        fc1(register_module("fc1", nn::Linear(16 * 2 * 2, 32))),
+        fc2(register_module("fc2", nn::Linear(32, 10))) {}
+
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::avg_pool2d(torch::tanh(conv1->forward(x)), 2);  // 6x8x8
+    x = torch::avg_pool2d(torch::tanh(conv2->forward(x)), 2);  // 16x2x2
+    x = torch::flatten(x, 1);
+    return fc2->forward(torch::tanh(fc1->forward(x)));
+  }
+
+  nn::Conv2d conv1, conv2;
+  nn::Linear fc1, fc2;
+};
+TORCH_MODULE(LeNet5);
+
+// ---------------------------------------------------------------------------------------------
 // ResNet basic block: conv3x3-bn-relu-conv3x3-bn plus the shortcut, which is a 1x1 conv + bn
 // (the "downsample" path) when the stride or the channel count changes.
 struct BasicBlockImpl : nn::Module {

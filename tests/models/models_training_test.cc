@@ -246,6 +246,48 @@ TEST_P(ModelsTraining, ConvNetAdamWithEvaluation) {
   ExpectCompiles(*evaluate, 1);
 }
 
+// LeNet-5 (average pooling, tanh), cross entropy, SGD, 24 steps over batches of 8 and 5; every 6
+// steps an evaluation of the same compiled function under NoGradGuard (a second entry, no history).
+TEST_P(ModelsTraining, LeNet5SgdWithNoGradEvaluation) {
+  Dataset data(41, 4, {8, 8, 8, 5}, {1, 16, 16}, 10);
+  const at::Tensor test_images = Seeded(42, [] { return torch::randn({6, 1, 16, 16}); });
+  Loop<models::LeNet5> loop;
+  loop.steps = 24;
+  loop.optimizer = [](models::LeNet5& m) {
+    return std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(0.1));
+  };
+  loop.batch = data;
+  loop.loss = [](models::LeNet5& m, const Args& a) -> std::vector<at::Tensor> {
+    at::Tensor logits = m->forward(a[0].toTensor());
+    return {torch::nn::functional::cross_entropy(logits, a[1].toTensor()), logits};
+  };
+  std::optional<twin::Subject> evaluate;
+  loop.after_step = [&](int step, models::LeNet5& eager, models::LeNet5& model) {
+    if (step % 6 != 5) return;
+    if (!evaluate) {
+      evaluate.emplace([model](const Args& a) mutable -> std::vector<at::Tensor> { return {model->forward(a[0].toTensor())}; },
+                       backend(), "evaluate");
+    }
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(twin::CloseAll((*evaluate)({test_images}), {eager->forward(test_images)}, this->tol(twin::kForwardTol),
+                               "evaluation"))
+        << evaluate->events();
+  };
+  const int64_t native_before = warden::codegen::NativeCallsOnThisThread();
+  auto subject = RunLoop(backend(), twin::MakeTwins<models::LeNet5>(43), loop);
+  ExpectCompiles(subject, 2);  // batch sizes 8 and 5
+  ASSERT_TRUE(evaluate.has_value());
+  ExpectCompiles(*evaluate, 1);
+  // Note [Native kernels]: on backend cpp both average pools of every hit ran Warden's kernel,
+  // with its autograd node in training, and the parameters still followed eager's.
+  const int64_t native = warden::codegen::NativeCallsOnThisThread() - native_before;
+  if (std::string(backend()) == "cpp") {
+    EXPECT_GE(native, 2 * (subject.stats().cache_hits + evaluate->stats().cache_hits));
+  } else {
+    EXPECT_EQ(native, 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // ResNet, cross entropy, SGD with momentum and weight decay.
 TEST_P(ModelsTraining, ResNetSgdWeightDecay) {
