@@ -40,6 +40,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <climits>
 #include <cmath>
 #include <optional>
 #include <type_traits>
@@ -452,6 +453,11 @@ bool PoolArgs(const OpStep& s, size_t num_args, int lists, std::vector<int64_t> 
   for (int i = 0; i < 2; ++i) {
     if (pair[0][i] <= 0 || pair[1][i] <= 0 || pair[3][i] <= 0 || pair[2][i] < 0 || pair[2][i] > pair[0][i] / 2) {
       return false;
+    }
+    // ATen converts each to a 32-bit int and raises (or, 1.13's avg_pool2d, wraps and then raises)
+    // when it does not fit.
+    for (int k = 0; k < 4; ++k) {
+      if (pair[k][i] > INT32_MAX) return false;
     }
   }
   return true;

@@ -319,6 +319,31 @@ TEST(NativeKernels, BadParametersRaiseEagersError) {
   }
 }
 
+// Parameters that ATen converts to a 32-bit int and rejects when they do not fit, and a zero
+// divisor: every call raises as eager does.
+TEST(NativeKernels, ParametersATenRejectsRaiseAsInEager) {
+  ScopedCacheDir cache;
+  constexpr int64_t kHuge = int64_t{1} << 31;
+  const std::vector<PoolFn> fns = {
+      [](const Args& a) -> std::vector<at::Tensor> { return {torch::avg_pool2d(a[0].toTensor(), {2}, {kHuge}, {0})}; },
+      [](const Args& a) -> std::vector<at::Tensor> {
+        return {torch::max_pool2d(a[0].toTensor(), {2}, {kHuge}, {0}, {1})};
+      },
+      [](const Args& a) -> std::vector<at::Tensor> {
+        return {torch::max_pool2d(a[0].toTensor(), {1}, {1}, {0}, {(int64_t{1} << 32) + 1})};
+      },
+      [](const Args& a) -> std::vector<at::Tensor> {
+        return {torch::avg_pool2d(a[0].toTensor(), {2}, {2}, {0}, false, true, 0)};
+      },
+  };
+  const Args args{torch::arange(36, torch::kFloat).view({1, 1, 6, 6})};
+  for (size_t i = 0; i < fns.size(); ++i) {
+    EXPECT_THROW(fns[i](args), c10::Error) << "eager, case " << i;
+    CompiledFunction f = compile(fns[i], Cpp("pool_rejected"));
+    for (int call = 0; call < 2; ++call) EXPECT_THROW(f(args), c10::Error) << "case " << i << ", call " << call;
+  }
+}
+
 TEST(NativeKernels, SavedInputIsVersionCheckedAsInEager) {
   ScopedCacheDir cache;
   // The pooled activation is written in place after the pool: backward must raise, as eager's
