@@ -320,7 +320,8 @@ TEST(NativeKernels, BadParametersRaiseEagersError) {
 }
 
 // Parameters that ATen converts to a 32-bit int and rejects when they do not fit, and a zero
-// divisor: every call raises as eager does.
+// divisor: every call raises as eager does (the traced call raises, so no entry is made; the
+// kernel's own checks decline these too).
 TEST(NativeKernels, ParametersATenRejectsRaiseAsInEager) {
   ScopedCacheDir cache;
   constexpr int64_t kHuge = int64_t{1} << 31;
