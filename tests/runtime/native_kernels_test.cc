@@ -338,10 +338,24 @@ TEST(NativeKernels, ParametersATenRejectsRaiseAsInEager) {
       },
   };
   const Args args{torch::arange(36, torch::kFloat).view({1, 1, 6, 6})};
+  // The first line of what a call throws ("" if it returns): a c10::Error on 1.13, a
+  // std::runtime_error for the int conversion on 2.x.
+  auto error_of = [&](const std::function<void()>& call) -> std::string {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find('\n'));
+    }
+    return "";
+  };
   for (size_t i = 0; i < fns.size(); ++i) {
-    EXPECT_THROW(fns[i](args), c10::Error) << "eager, case " << i;
+    const std::string eager = error_of([&] { fns[i](args); });
+    ASSERT_FALSE(eager.empty()) << "case " << i;
     CompiledFunction f = compile(fns[i], Cpp("pool_rejected"));
-    for (int call = 0; call < 2; ++call) EXPECT_THROW(f(args), c10::Error) << "case " << i << ", call " << call;
+    for (int call = 0; call < 2; ++call) {
+      EXPECT_NE(error_of([&] { f(args); }).find(eager), std::string::npos) << "case " << i << ", call " << call;
+    }
   }
 }
 
