@@ -545,8 +545,9 @@ class CppBackend final : public Backend {
     const bool native = std::any_of(graph->nodes.begin(), graph->nodes.end(),
                                     [](const tracer::Node& n) { return codegen::MayRunNative(n); });
     if (plan.regions.empty() && plan.programs.empty() && !native) {
-      // Nothing to fuse and no native kernel (Note [Native kernels]): the replay artifact is the same computation with less bookkeeping (and a
-      // fast path for graphs that only return their arguments).
+      // Nothing to fuse and no native kernel (Note [Native kernels]): the replay artifact is the
+      // same computation with less bookkeeping (and a fast path for graphs that only return their
+      // arguments).
       std::unique_ptr<Backend> replay = MakeBackend("aten");
       if (replay != nullptr) return replay->Compile(std::move(graph), context);
     }

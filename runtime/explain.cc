@@ -179,16 +179,17 @@ std::string CompiledFunction::explain_json() const {
                         {"text", guards::Describe(g, names)},
                         {"provenance", g.provenance}});
     }
+    const CodegenInfo code = CodegenInfoOf(*e);
     entries.push_back({{"index", e->index},
                        {"id", absl::StrCat(f.id_, "/", e->index)},
                        {"backend", e->artifact.backend()},
                        {"backend_note", e->artifact.note()},
-                       {"kernel_library", CodegenInfoOf(*e).library},
-                       {"kernel_origin", CodegenInfoOf(*e).origin},
-                       {"fused_regions", CodegenInfoOf(*e).regions},
-                       {"programs", CodegenInfoOf(*e).programs},
-                       {"native_kernels", CodegenInfoOf(*e).native},
-                       {"generated_source", CodegenInfoOf(*e).source},
+                       {"kernel_library", code.library},
+                       {"kernel_origin", code.origin},
+                       {"fused_regions", code.regions},
+                       {"programs", code.programs},
+                       {"native_kernels", code.native},
+                       {"generated_source", code.source},
                        {"created_at_call", e->created_at_call},
                        {"hits", e->hits.load()},
                        {"graph", GraphText(*e)},

@@ -84,6 +84,13 @@ int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t d
   return out;
 }
 
+// The common 2x2 window with stride 2, no padding or dilation, every window inside the input
+// (ceil_mode may add partial ones at the edges: they take the general loops).
+bool Window2x2(const PoolParams& p, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  return p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1 &&
+         2 * oh <= h && 2 * ow <= w;
+}
+
 #if defined(__SSE2__)
 // Four 2x2/2 windows of f32 rows r0, r1 at a time, branch-free: returns how many outputs of the
 // row it wrote (a multiple of 4). Lane by lane the same choices as the scalar loop below: a value
@@ -127,12 +134,9 @@ int64_t Pool2x2Sse(const float* r0, const float* r1, int64_t base, int64_t w, fl
 // One plane: in [h, w] -> out, ind [oh, ow]. `ind` may be null (no indices needed).
 template <typename T, bool kIndices>
 void PoolPlane(const T* in, T* out, int64_t* ind, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolParams& p) {
-  if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1 &&
-      2 * oh <= h && 2 * ow <= w) {
-    // The common 2x2/2 window with every window inside the input (ceil_mode may add partial ones at
-    // the edges: they take the general loop). Starting from the window's first element equals
-    // ATen's start from -inf: it wins unless it is -inf, and then the max is -inf at that index
-    // either way.
+  if (Window2x2(p, h, w, oh, ow)) {
+    // Starting from the window's first element equals ATen's start from -inf: it wins unless it
+    // is -inf, and then the max is -inf at that index either way.
     for (int64_t y = 0; y < oh; ++y) {
       const T* r0 = in + 2 * y * w;
       const T* r1 = r0 + w;
@@ -208,7 +212,7 @@ int64_t AvgPool2x2Sse(const float* r0, const float* r1, float* o, int64_t ow, fl
 // 0 + sum / divisor (an empty window stays 0).
 template <typename T>
 void AvgPoolPlane(const T* in, T* out, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolParams& p) {
-  if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && 2 * oh <= h && 2 * ow <= w) {
+  if (Window2x2(p, h, w, oh, ow)) {
     const int64_t divisor = p.divisor != 0 ? p.divisor : 4;
     for (int64_t y = 0; y < oh; ++y) {
       const T* r0 = in + 2 * y * w;
@@ -252,33 +256,44 @@ void AvgPoolPlane(const T* in, T* out, int64_t h, int64_t w, int64_t oh, int64_t
   }
 }
 
+// A pool's output (sizes: the input's with the last two dims oh, ow) and the input's planes.
+struct PoolShape {
+  std::vector<int64_t> out_sizes;
+  int64_t h, w, planes;
+};
+
+PoolShape ShapeOf(const at::Tensor& x, int64_t oh, int64_t ow) {
+  PoolShape s{x.sizes().vec(), x.size(-2), x.size(-1), 0};
+  s.out_sizes[s.out_sizes.size() - 2] = oh;
+  s.out_sizes.back() = ow;
+  s.planes = x.numel() / (s.h * s.w);
+  return s;
+}
+
 template <typename T>
-void PoolPlanes(const at::Tensor& x, at::Tensor& out, at::Tensor& ind, int64_t planes, int64_t h, int64_t w,
-                int64_t oh, int64_t ow, const PoolParams& p) {
+void PoolPlanes(const at::Tensor& x, at::Tensor& out, at::Tensor& ind, const PoolShape& s, int64_t oh, int64_t ow,
+                const PoolParams& p) {
   const T* in = x.data_ptr<T>();
   T* o = out.data_ptr<T>();
+  const int64_t h = s.h, w = s.w;
   if (ind.defined()) {
     int64_t* i = ind.data_ptr<int64_t>();
-    for (int64_t k = 0; k < planes; ++k) PoolPlane<T, true>(in + k * h * w, o + k * oh * ow, i + k * oh * ow, h, w, oh, ow, p);
+    for (int64_t k = 0; k < s.planes; ++k) PoolPlane<T, true>(in + k * h * w, o + k * oh * ow, i + k * oh * ow, h, w, oh, ow, p);
   } else {
-    for (int64_t k = 0; k < planes; ++k) PoolPlane<T, false>(in + k * h * w, o + k * oh * ow, nullptr, h, w, oh, ow, p);
+    for (int64_t k = 0; k < s.planes; ++k) PoolPlane<T, false>(in + k * h * w, o + k * oh * ow, nullptr, h, w, oh, ow, p);
   }
 }
 
 // out (and indices if wanted) of a contiguous input whose checks passed.
 std::pair<at::Tensor, at::Tensor> RunPool(const at::Tensor& x, const PoolParams& p, int64_t oh, int64_t ow,
                                           bool indices) {
-  std::vector<int64_t> sizes = x.sizes().vec();
-  const int64_t h = sizes[sizes.size() - 2], w = sizes.back();
-  sizes[sizes.size() - 2] = oh;
-  sizes.back() = ow;
-  at::Tensor out = at::empty(sizes, x.options());
-  at::Tensor ind = indices ? at::empty(sizes, x.options().dtype(at::kLong)) : at::Tensor();
-  const int64_t planes = x.numel() / (h * w);
+  const PoolShape s = ShapeOf(x, oh, ow);
+  at::Tensor out = at::empty(s.out_sizes, x.options());
+  at::Tensor ind = indices ? at::empty(s.out_sizes, x.options().dtype(at::kLong)) : at::Tensor();
   if (x.scalar_type() == at::kFloat) {
-    PoolPlanes<float>(x, out, ind, planes, h, w, oh, ow, p);
+    PoolPlanes<float>(x, out, ind, s, oh, ow, p);
   } else {
-    PoolPlanes<double>(x, out, ind, planes, h, w, oh, ow, p);
+    PoolPlanes<double>(x, out, ind, s, oh, ow, p);
   }
   return {std::move(out), std::move(ind)};
 }
@@ -306,21 +321,21 @@ struct MaxPool2dNode : public torch::autograd::Function<MaxPool2dNode> {
   }
 };
 
+template <typename T>
+void AvgPoolPlanes(const at::Tensor& x, at::Tensor& out, const PoolShape& s, int64_t oh, int64_t ow,
+                   const PoolParams& p) {
+  const T* in = x.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  for (int64_t k = 0; k < s.planes; ++k) AvgPoolPlane<T>(in + k * s.h * s.w, o + k * oh * ow, s.h, s.w, oh, ow, p);
+}
+
 at::Tensor RunAvgPool(const at::Tensor& x, const PoolParams& p, int64_t oh, int64_t ow) {
-  std::vector<int64_t> sizes = x.sizes().vec();
-  const int64_t h = sizes[sizes.size() - 2], w = sizes.back();
-  sizes[sizes.size() - 2] = oh;
-  sizes.back() = ow;
-  at::Tensor out = at::empty(sizes, x.options());
-  const int64_t planes = x.numel() / (h * w);
+  const PoolShape s = ShapeOf(x, oh, ow);
+  at::Tensor out = at::empty(s.out_sizes, x.options());
   if (x.scalar_type() == at::kFloat) {
-    const float* in = x.data_ptr<float>();
-    float* o = out.data_ptr<float>();
-    for (int64_t k = 0; k < planes; ++k) AvgPoolPlane<float>(in + k * h * w, o + k * oh * ow, h, w, oh, ow, p);
+    AvgPoolPlanes<float>(x, out, s, oh, ow, p);
   } else {
-    const double* in = x.data_ptr<double>();
-    double* o = out.data_ptr<double>();
-    for (int64_t k = 0; k < planes; ++k) AvgPoolPlane<double>(in + k * h * w, o + k * oh * ow, h, w, oh, ow, p);
+    AvgPoolPlanes<double>(x, out, s, oh, ow, p);
   }
   return out;
 }
@@ -488,29 +503,40 @@ bool AvgPoolParams(const OpStep& s, std::vector<int64_t>* params) {
   return true;
 }
 
+// The ops with a native kernel: schema name, tensor results, the parser of the constant arguments
+// into native_params, the kernel.
+struct NativeOp {
+  const char* op;
+  size_t returns;
+  bool (*params)(const OpStep&, std::vector<int64_t>*);
+  NativeFn kernel;
+};
+constexpr NativeOp kNativeOps[] = {
+    {"aten::max_pool2d", 1, &MaxPoolParams, &NativeMaxPool2d},
+    {"aten::max_pool2d_with_indices", 2, &MaxPoolParams, &NativeMaxPool2d},
+    {"aten::avg_pool2d", 1, &AvgPoolParams, &NativeAvgPool2d},
+};
+
+const NativeOp* NativeOpOf(const std::string& op) {
+  for (const NativeOp& n : kNativeOps) {
+    if (op == n.op) return &n;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void SetNative(OpStep* s) {
   s->native = nullptr;
-  if (s->mode || s->check_shapes) return;
-  const bool pool = s->name == "aten::max_pool2d" && s->returns.size() == 1;
-  const bool pool_indices = s->name == "aten::max_pool2d_with_indices" && s->returns.size() == 2;
-  const bool avg = s->name == "aten::avg_pool2d" && s->returns.size() == 1;
-  if (!pool && !pool_indices && !avg) return;
+  const NativeOp* op = NativeOpOf(s->name);
+  if (op == nullptr || s->mode || s->check_shapes || s->returns.size() != op->returns) return;
   for (const OpStepReturn& r : s->returns) {
     if (r.kind != tracer::NodeReturn::Kind::kTensor || r.slots.size() != 1 || r.slots[0] < 0) return;
   }
-  if (avg) {
-    if (AvgPoolParams(*s, &s->native_params)) s->native = &NativeAvgPool2d;
-    return;
-  }
-  if (!MaxPoolParams(*s, &s->native_params)) return;
-  s->native = &NativeMaxPool2d;
+  if (op->params(*s, &s->native_params)) s->native = op->kernel;
 }
 
-bool MayRunNative(const tracer::Node& n) {
-  return n.op == "aten::max_pool2d" || n.op == "aten::max_pool2d_with_indices" || n.op == "aten::avg_pool2d";
-}
+bool MayRunNative(const tracer::Node& n) { return NativeOpOf(n.op) != nullptr; }
 
 int64_t NativeCallsOnThisThread() { return native_calls; }
 
