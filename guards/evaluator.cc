@@ -56,7 +56,7 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
 // the pairwise loop runs on the arguments directly. Any number of arguments is checked exactly.
 // True if two of the n pointers are equal, without a branch per pair: straight-line for the
 // usual small counts, the pairs loop beyond (AllDistinct's small case).
-inline bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
+C10_ALWAYS_INLINE bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
   switch (n) {
     case 0:
     case 1:
@@ -84,21 +84,28 @@ constexpr size_t kPairwiseIdentity = 8, kMaxDistinctPointers = 64;
 // True if the n pointers (n <= kMaxDistinctPointers) are pairwise distinct: the pairwise or-chain
 // up to kPairwiseIdentity, beyond that a pointer-only open-addressing table on the stack (one
 // multiply, one load and one store per pointer).
-inline bool AllDistinct(const c10::TensorImpl* const* q, size_t n) noexcept {
-  constexpr size_t kMaxSlots = 2 * kMaxDistinctPointers;
+bool AllDistinctHashed(const c10::TensorImpl* const* q, size_t n) noexcept;
+C10_ALWAYS_INLINE bool AllDistinct(const c10::TensorImpl* const* q, size_t n) noexcept {
   if (n <= kPairwiseIdentity) return !AnyTwoEqual(q, n);
-  int bits = 5;
-  while ((size_t{1} << bits) < 2 * n) ++bits;
-  const size_t mask = (size_t{1} << bits) - 1;
-  const void* table[kMaxSlots];
-  std::memset(table, 0, (mask + 1) * sizeof(void*));
+  return AllDistinctHashed(q, n);
+}
+
+bool AllDistinctHashed(const c10::TensorImpl* const* q, size_t n) noexcept {
+  // One table size for every n (at most a quarter full, ~1.2 probes per pointer): a constant-size
+  // clear and no size arithmetic.
+  constexpr int kBits = 8;
+  constexpr size_t kSlots = size_t{1} << kBits, kMask = kSlots - 1;
+  static_assert(kSlots >= 4 * kMaxDistinctPointers, "the table is at most a quarter full");
+  const void* table[kSlots];
+  std::memset(table, 0, sizeof(table));
   for (size_t k = 0; k < n; ++k) {
-    size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(q[k]) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+    const void* p = q[k];
+    size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9e3779b97f4a7c15ull) >> (64 - kBits));
     while (table[s] != nullptr) {
-      if (table[s] == q[k]) return false;
-      s = (s + 1) & mask;
+      if (table[s] == p) return false;
+      s = (s + 1) & kMask;
     }
-    table[s] = q[k];
+    table[s] = p;
   }
   return true;
 }
@@ -382,6 +389,124 @@ inline bool RequiresGrad(const c10::TensorImpl* t) {
   return meta != nullptr && meta->requires_grad();
 }
 
+// Note [Word records]
+// Most tensor arguments are plain: an exact dispatch key set without a sparse or mkldnn key, a
+// strided layout, every size exact up to kExactDims dims, no requires_grad. Their record is
+// checked as a handful of words read straight from the TensorImpl, no accessor branches: the key
+// set; the metadata window, 8 bytes from data_type_ that hold the dtype, device_opt_ and the size,
+// device and layout policy bits; the sizes' count and the sizes themselves; autograd_meta_. The
+// accessors the other records use read the same fields whenever those policy bits are zero
+// (sizes(), device() and layout() only leave them when a policy is set), so a word record
+// demands the policy bits be zero and is then exactly as strict (stricter for a tensor with a
+// custom policy, which misses and is served by the slow path's full program).
+// The fields' offsets are the compiler's, from member pointers as in Note [Inline requires_grad].
+// The policy bits are bit-fields, which have no member pointer, so they are found once per
+// process: a TensorImpl subclass sets each policy through TensorImpl's own setters and the bits
+// that changed are the ones to demand zero. If anything does not fit the window (another
+// LibTorch's layout), no record is a word record and the accessor path checks them all.
+struct DataTypeMember {
+  using type = caffe2::TypeMeta c10::TensorImpl::*;
+  friend type MemberPointer(DataTypeMember);
+};
+template struct ExposeMember<DataTypeMember, &c10::TensorImpl::data_type_>;
+struct DeviceOptMember {
+  using type = c10::optional<c10::Device> c10::TensorImpl::*;
+  friend type MemberPointer(DeviceOptMember);
+};
+template struct ExposeMember<DeviceOptMember, &c10::TensorImpl::device_opt_>;
+struct SizesMember {
+  using type = c10::impl::SizesAndStrides c10::TensorImpl::*;
+  friend type MemberPointer(SizesMember);
+};
+template struct ExposeMember<SizesMember, &c10::TensorImpl::sizes_and_strides_>;
+// The inline sizes of a SizesAndStrides (its first kInlineSizes values; strides follow).
+constexpr size_t kInlineSizes = C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE;
+struct InlineSizesMember {
+  using type = int64_t (c10::impl::SizesAndStrides::*)[kInlineSizes * 2];
+  friend type MemberPointer(InlineSizesMember);
+};
+template struct ExposeMember<InlineSizesMember, &c10::impl::SizesAndStrides::inlineStorage_>;
+
+// A storage-less CPU TensorImpl that can set its own policies (the setters are protected in 2.x).
+class PolicyProbe final : public c10::TensorImpl {
+ public:
+  PolicyProbe()
+      : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::CPU), caffe2::TypeMeta::Make<float>(),
+                        c10::Device(c10::kCPU)) {}
+  void SetPolicy(int which) {
+    switch (which) {
+      case 0: set_custom_sizes_strides(SizesStridesPolicy::CustomStrides); break;
+      case 1: set_custom_sizes_strides(SizesStridesPolicy::CustomSizes); break;
+      case 2: set_custom_device(true); break;
+      default: set_custom_layout(true); break;
+    }
+  }
+};
+constexpr int kPolicies = 4;
+
+struct MetadataWindow {
+  bool ok = false;
+  ptrdiff_t offset = 0;
+  uint64_t mask = 0;  // dtype and device bytes, policy bits
+  ptrdiff_t dtype_at = 0, device_at = 0;  // within the window
+};
+
+// The byte range [at, at + size) of the window, or false if it is outside.
+bool MarkBytes(ptrdiff_t at, size_t size, uint64_t* mask) {
+  if (at < 0 || at + static_cast<ptrdiff_t>(size) > 8) return false;
+  for (size_t b = 0; b < size; ++b) *mask |= uint64_t{0xff} << (8 * (at + static_cast<ptrdiff_t>(b)));
+  return true;
+}
+
+MetadataWindow FindMetadataWindow() {
+  MetadataWindow w;
+  const c10::intrusive_ptr<PolicyProbe> probe = c10::make_intrusive<PolicyProbe>();
+  const char* base = reinterpret_cast<const char*>(probe.get());
+  w.offset = reinterpret_cast<const char*>(&(probe.get()->*MemberPointer(DataTypeMember{}))) - base;
+  w.dtype_at = 0;
+  w.device_at = reinterpret_cast<const char*>(&(probe.get()->*MemberPointer(DeviceOptMember{}))) - base - w.offset;
+  constexpr size_t kImpl = sizeof(c10::TensorImpl);
+  if (w.offset < 0 || w.offset + 8 > static_cast<ptrdiff_t>(kImpl) || sizeof(c10::optional<c10::Device>) != 3 ||
+      sizeof(caffe2::TypeMeta) != 2 || !MarkBytes(w.dtype_at, 2, &w.mask) || !MarkBytes(w.device_at, 3, &w.mask)) {
+    return w;
+  }
+  for (int which = 0; which < kPolicies; ++which) {
+    const c10::intrusive_ptr<PolicyProbe> p = c10::make_intrusive<PolicyProbe>();
+    unsigned char before[kImpl], after[kImpl];
+    std::memcpy(before, static_cast<const void*>(p.get()), kImpl);
+    p->SetPolicy(which);
+    std::memcpy(after, static_cast<const void*>(p.get()), kImpl);
+    bool changed = false;
+    for (size_t b = 0; b < kImpl; ++b) {
+      const unsigned bits = before[b] ^ after[b];
+      if (bits == 0) continue;
+      const ptrdiff_t at = static_cast<ptrdiff_t>(b) - w.offset;
+      if (at < 0 || at >= 8) return w;  // a policy bit outside the window
+      w.mask |= static_cast<uint64_t>(bits) << (8 * at);
+      changed = true;
+    }
+    if (!changed) return w;
+  }
+  w.ok = true;
+  return w;
+}
+
+const MetadataWindow& Window() {
+  static const MetadataWindow window = FindMetadataWindow();
+  return window;
+}
+
+// The window's expected bytes for a tensor of this dtype on this device, policies zero.
+uint64_t WindowBytes(const MetadataWindow& w, caffe2::TypeMeta dtype, c10::Device device) {
+  unsigned char bytes[8] = {};
+  std::memcpy(bytes + w.dtype_at, &dtype, sizeof(dtype));
+  const c10::optional<c10::Device> opt = device;
+  std::memcpy(bytes + w.device_at, static_cast<const void*>(&opt), sizeof(opt));
+  uint64_t word;
+  std::memcpy(&word, bytes, 8);
+  return word & w.mask;
+}
+
 // A device as two bytes (type, index), as the record compares it.
 inline uint16_t DeviceBits(c10::Device d) {
   return static_cast<uint16_t>(static_cast<uint8_t>(d.type()) |
@@ -522,8 +647,24 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
         bounds_.push_back({static_cast<uint64_t>(lo), static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)});
       }
     }
-    tensors_.push_back(r);
     min_args_ = std::max(min_args_, static_cast<size_t>(arg) + 1);
+    // Note [Word records]: a plain strided key set (its layout follows from the keys).
+    const uint64_t kLayoutKeys = (c10::sparse_ks | c10::sparse_csr_ks | c10::mkldnn_ks).raw_repr();
+    const MetadataWindow& window = Window();
+    if (window.ok && r.check_keys && r.exact && !r.requires_grad && r.layout == static_cast<int8_t>(c10::kStrided) &&
+        (r.keys & kLayoutKeys) == 0) {
+      WordRecord w{r.arg, r.rank, r.keys,
+                   WindowBytes(window, r.dtype,
+                               c10::Device(static_cast<c10::DeviceType>(p.device->expected >> 16),
+                                           static_cast<c10::DeviceIndex>(p.device->expected & 0xffff))),
+                   {}};
+      std::copy(std::begin(r.dims), std::end(r.dims), std::begin(w.dims));
+      words_.push_back(w);
+      window_offset_ = window.offset;
+      window_mask_ = window.mask;
+      continue;
+    }
+    tensors_.push_back(r);
   }
   const bool fuse_autograd = grad != nullptr && inference != nullptr;
   if (fuse_autograd) autograd_ = (grad->expected ? 2 : 0) | (inference->expected ? 1 : 0);
@@ -544,8 +685,8 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     if (g.kind == GuardKind::kArgIdentity && !check_identity_ && !fused_identity_ && IdentityArgsRecorded(g, parts)) {
       identity_ = IdentityCheck::Of(g.same_as);
       // All distinct and every tensor argument a record: the record loop compares them.
-      fused_identity_ = identity_.all_distinct && identity_.args.size() == tensors_.size() &&
-                        tensors_.size() <= kFusedIdentity;
+      const size_t records = tensors_.size() + words_.size();
+      fused_identity_ = identity_.all_distinct && identity_.args.size() == records && records <= kFusedIdentity;
       check_identity_ = !fused_identity_;
       continue;
     }
@@ -553,6 +694,41 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     rest.push_back(g);
   }
   rest_ = GuardProgram(std::move(rest));
+  std::stable_sort(words_.begin(), words_.end(), [](const WordRecord& a, const WordRecord& b) { return a.rank < b.rank; });
+  for (int32_t rank = 0; rank <= kExactDims; ++rank) {
+    rank_end_[rank] = static_cast<uint32_t>(
+        std::count_if(words_.begin(), words_.end(), [rank](const WordRecord& w) { return w.rank <= rank; }));
+  }
+}
+
+// Note [Word records]: one rank's records, its sizes compared without a branch per dim.
+template <int kRank>
+C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, const c10::TensorImpl**& seen, size_t step) const noexcept {
+  static_assert(kRank <= kExactDims && kExactDims < kInlineSizes, "a word record's exact sizes are inline");
+  const WordRecord* r = words_.data() + (kRank == 0 ? 0 : rank_end_[kRank - 1]);
+  const WordRecord* const end = words_.data() + rank_end_[kRank];
+  const ptrdiff_t window_offset = window_offset_;
+  const uint64_t window_mask = window_mask_;
+  for (; r != end; ++r) {
+    const c10::IValue& v = args[r->arg];
+    if (!v.isTensor()) return false;
+    const c10::TensorImpl* t = v.unsafeToTensorImpl();
+    *seen = t;
+    seen += step;
+    uint64_t window;
+    std::memcpy(&window, reinterpret_cast<const char*>(t) + window_offset, 8);
+    const c10::impl::SizesAndStrides& ss = t->*MemberPointer(SizesMember{});
+    uint64_t diff = (t->key_set().raw_repr() ^ r->keys) | ((window ^ r->window) & window_mask) |
+                    (static_cast<uint64_t>(ss.size()) ^ static_cast<uint64_t>(kRank));
+    // When the count is kRank (< kInlineSizes) the sizes are inline; when it is not, diff is
+    // already nonzero and what is read (inside the object) does not matter.
+    const int64_t* sizes = ss.*MemberPointer(InlineSizesMember{});
+    for (int d = 0; d < kRank; ++d) diff |= static_cast<uint64_t>(sizes[d] ^ r->dims[d]);
+    if (diff != 0) return false;
+    const std::unique_ptr<c10::AutogradMetaInterface>& meta = t->*MemberPointer(AutogradMetaMember{});
+    if (meta != nullptr && meta->requires_grad()) return false;
+  }
+  return true;
 }
 
 // Note [Lean records]
@@ -580,6 +756,14 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   const c10::TensorImpl* seen[kFusedIdentity];
   const c10::TensorImpl** next_seen = seen;
   const bool fused = fused_identity_;
+  // Note [Word records]
+  static_assert(kExactDims == 4, "one WordsHold per rank");
+  const size_t step = fused;
+  if (!WordsHold<0>(args, next_seen, step) || !WordsHold<1>(args, next_seen, step) ||
+      !WordsHold<2>(args, next_seen, step) || !WordsHold<3>(args, next_seen, step) ||
+      !WordsHold<4>(args, next_seen, step)) {
+    return false;
+  }
   for (const TensorRecord& r : tensors_) {
     const c10::IValue& v = args[r.arg];
     if (!v.isTensor()) return false;
@@ -622,5 +806,7 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   if (check_identity_ && !identity_.Holds(args)) return false;
   return rest_.size() == 0 || rest_.Check(args, num_args);
 }
+
+bool HitCheck::WordRecordsSupported() { return Window().ok; }
 
 }  // namespace warden::guards

@@ -99,7 +99,11 @@ class HitCheck {
   bool Check(const c10::IValue* args, size_t num_args) const noexcept;
   bool Check(const std::vector<c10::IValue>& args) const noexcept { return Check(args.data(), args.size()); }
 
-  size_t num_tensor_records() const { return tensors_.size(); }
+  size_t num_tensor_records() const { return tensors_.size() + words_.size(); }
+  // Records checked as words of the TensorImpl (Note [Word records] in guards/evaluator.cc).
+  size_t num_word_records() const { return words_.size(); }
+  // Whether this LibTorch's TensorImpl admits word records (found once per process).
+  static bool WordRecordsSupported();
   const GuardProgram& rest() const { return rest_; }
 
  private:
@@ -125,6 +129,21 @@ class HitCheck {
     uint64_t keys;
     int64_t dims[kExactDims];
   };
+  // Note [Word records]: a record whose every guard can be read as words of the TensorImpl.
+  struct WordRecord {
+    int32_t arg;
+    int32_t rank;     // 0..kExactDims, every size exact
+    uint64_t keys;    // the dispatch key set, raw
+    uint64_t window;  // the metadata window's expected bytes (dtype, device; policy bits zero)
+    int64_t dims[kExactDims];
+  };
+  std::vector<WordRecord> words_;  // by rank: words_[rank_end_[r - 1], rank_end_[r]) have rank r
+  uint32_t rank_end_[kExactDims + 1] = {};
+  // The word records of rank kRank; stores each one's TensorImpl at *seen, advanced by `step`.
+  template <int kRank>
+  bool WordsHold(const c10::IValue* args, const c10::TensorImpl**& seen, size_t step) const noexcept;
+  ptrdiff_t window_offset_ = 0;  // of the metadata window in a TensorImpl
+  uint64_t window_mask_ = 0;     // its bits that are compared
   int64_t arg_count_ = -1;   // -1: not guarded
   int32_t autograd_ = -1;    // grad << 1 | inference; -1: not both guarded (then in rest_)
   bool check_keys_ = false;  // the thread's dispatch-key words (Note [Thread modes]), from one TLS read

@@ -312,7 +312,7 @@ CompiledFunction::Impl::~Impl() {
       entries.push_back({{"entry", EntryId(*this, e->index)}, {"created_at_call", e->created_at_call},
                          {"hits", e->hits.load()}, {"backend", e->artifact.backend()}});
     }
-    trace_->Emit("function_end", {{"fn", options_.name}, {"fn_id", id_}, {"calls", calls_.load()},
+    trace_->Emit("function_end", {{"fn", options_.name}, {"fn_id", id_}, {"calls", Calls()},
                                   {"cache_hits", Hits()}, {"compiles", compiles_.load()},
                                   {"eager_calls", eager_calls_.load()}, {"size_verifications", verifications_.load()},
                                   {"eager_reason", eager_reason_},
@@ -470,6 +470,14 @@ class UnlockedForUserCode {
   std::condition_variable& done_;
 };
 
+// Note [Owner's call count]: the first thread with a hazard record to call claims the owner's
+// counter; every other call takes the locked add.
+int64_t CompiledFunction::Impl::CountCallSlow(const runtime::hazard::ThreadRecord* me) {
+  const runtime::hazard::ThreadRecord* none = nullptr;
+  if (me != nullptr && owner_.load() == nullptr && owner_.compare_exchange_strong(none, me)) return CountCall();
+  return other_calls_.fetch_add(1, std::memory_order_relaxed) + owner_calls_.load(std::memory_order_relaxed);
+}
+
 bool CompiledFunction::Impl::RunEntry(const CacheEntry& e, const std::vector<c10::IValue>& args,
                                       std::vector<at::Tensor>* outputs, std::string* failure) const {
   if (__builtin_expect(below_autograd_, 0)) {
@@ -480,7 +488,7 @@ bool CompiledFunction::Impl::RunEntry(const CacheEntry& e, const std::vector<c10
 }
 
 std::vector<at::Tensor> CompiledFunction::Impl::Call(const std::vector<c10::IValue>& args) {
-  const int64_t call_index = calls_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t call_index = CountCall();
   if (tracer::IsTracing()) {
     // Called from inside another function's trace: run inline so the outer trace records the
     // ops (a nested cache would hide them).
@@ -1067,7 +1075,7 @@ CompiledFunction& CompiledFunction::mark_static(int arg, int dim) {
 
 Stats CompiledFunction::stats() const {
   Stats s;
-  s.calls = impl_->calls_.load();
+  s.calls = impl_->Calls();
   s.cache_hits = impl_->Hits();
   s.compiles = impl_->compiles_.load();
   s.eager_calls = impl_->eager_calls_.load();

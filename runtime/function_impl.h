@@ -21,6 +21,7 @@
 #include "runtime/backend.h"
 #include "runtime/compile_pool.h"
 #include "runtime/compiled_backward.h"
+#include "runtime/hazard.h"
 #include "runtime/logging.h"
 #include "runtime/trace_log.h"
 #include "runtime/verified_sizes.h"
@@ -129,16 +130,39 @@ class CompiledFunction::Impl {
 
   std::atomic<const Snapshot*> snapshot_{nullptr};
   std::atomic<int> overflow_readers_{0};  // hot-path readers without a hazard slot (hazard.h)
-  // Cache hits are derived, so that a hit pays one locked add (calls_), not two: every call that
+  // Cache hits are derived, so that a hit pays one count (CountCall), not two: every call that
   // leaves the hot path (Miss, or a call from inside another trace) counts in slow_calls_, and a
   // Miss that finds an entry another thread just compiled counts in slow_hits_. Exact once calls
   // have returned; while others are in flight, approximate like the other counters (slow_calls_
-  // is read before calls_, which every slow call incremented first, so it is never negative).
-  std::atomic<int64_t> calls_{0}, slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0}, verifications_{0};
+  // is read before the call counts, which every slow call incremented first, so it is never negative).
+  std::atomic<int64_t> slow_calls_{0}, slow_hits_{0}, compiles_{0}, eager_calls_{0}, verifications_{0};
   int64_t Hits() const {
     const int64_t slow = slow_calls_.load();
-    return std::max<int64_t>(0, calls_.load() - slow + slow_hits_.load());
+    return std::max<int64_t>(0, Calls() - slow + slow_hits_.load());
   }
+
+  // Note [Owner's call count]
+  // Every call is counted, and the count is the call's index (events, MRU order). A locked add
+  // costs ~20 cycles and fences the hit that follows, so the thread that calls the function
+  // first (by its hazard record, runtime/hazard.h) owns a counter only it writes, with a plain
+  // load and store; other threads add to a shared counter with a locked add, as every call did
+  // before. The total is the sum: exact once calls have returned (a record passes to a new
+  // thread only after its old one ended, with release/acquire), approximate while others are in
+  // flight, like the other counters.
+  int64_t CountCall() {
+    const runtime::hazard::ThreadRecord* me = runtime::hazard::tls_record;
+    if (__builtin_expect(me != nullptr && me == owner_.load(std::memory_order_relaxed), 1)) {
+      const int64_t mine = owner_calls_.load(std::memory_order_relaxed);
+      owner_calls_.store(mine + 1, std::memory_order_relaxed);
+      return mine + other_calls_.load(std::memory_order_relaxed);
+    }
+    return CountCallSlow(me);
+  }
+  int64_t CountCallSlow(const runtime::hazard::ThreadRecord* me);
+  int64_t Calls() const { return owner_calls_.load() + other_calls_.load(); }
+  std::atomic<const runtime::hazard::ThreadRecord*> owner_{nullptr};
+  alignas(64) std::atomic<int64_t> owner_calls_{0};  // written by owner_'s thread only
+  alignas(64) std::atomic<int64_t> other_calls_{0};
 
   mutable std::mutex mu_;  // guards everything below; held during a compile except while user code runs
   std::unique_ptr<Snapshot> current_;                 // what snapshot_ points to

@@ -407,6 +407,110 @@ TEST(HitCheck, ArgumentsWithoutARecordStayInTheProgram) {
   ExpectAgreement({"two sizes", two_sizes, {}, {{x}, {torch::zeros({5, 4})}}});
 }
 
+// --- Word records (Note [Word records] in guards/evaluator.cc) ----------------------------------
+
+// UsedTensor plus the dispatch-key guard the builder also emits: a word record when plain.
+std::vector<Guard> UsedPlainTensor(int arg, const at::Tensor& t) {
+  std::vector<Guard> g = UsedTensor(arg, t);
+  g.push_back(Make(GuardKind::kDispatchKeys, arg, static_cast<int64_t>(t.key_set().raw_repr())));
+  return g;
+}
+
+// A TensorImpl over another tensor's storage, with that tensor's key set, dtype, sizes and
+// strides in its fields, and one policy set: sizes(), device() or layout() then answer from the
+// overrides below, not from the fields.
+class PolicyImpl final : public c10::TensorImpl {
+ public:
+  PolicyImpl(const at::Tensor& like, int policy)
+      : c10::TensorImpl(c10::Storage(like.storage()), like.key_set(), like.dtype()) {
+    set_sizes_and_strides(like.sizes(), like.strides());
+    if (policy == 0) set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
+    if (policy == 1) set_custom_device(true);
+    if (policy == 2) set_custom_layout(true);
+  }
+
+ protected:
+  c10::IntArrayRef sizes_custom() const override { return reported_; }
+  int64_t dim_custom() const override { return static_cast<int64_t>(reported_.size()); }
+  c10::Device device_custom() const override { return c10::Device(c10::kMeta); }
+  c10::Layout layout_custom() const override { return c10::kSparse; }
+
+ private:
+  std::vector<int64_t> reported_ = {9, 9};
+};
+
+// Word records accept exactly what the accessor records accept, for every property they read:
+// key set, dtype, device, sizes (inline and out-of-line), rank, requires_grad with and without
+// autograd metadata, the undefined tensor and non-tensors.
+TEST(HitCheck, WordRecordsAgreeWithTheProgram) {
+  ASSERT_TRUE(HitCheck::WordRecordsSupported()) << "this LibTorch's TensorImpl layout has no word records";
+  const at::Tensor s = torch::tensor(1.5f), v = torch::zeros({7}), m = torch::zeros({3, 4}),
+                   q = torch::zeros({2, 3, 4, 5});
+  std::vector<Guard> guards = {Count(4)};
+  for (const auto& [arg, t] : std::vector<std::pair<int, at::Tensor>>{{0, s}, {1, v}, {2, m}, {3, q}}) {
+    for (const Guard& g : UsedPlainTensor(arg, t)) guards.push_back(g);
+  }
+  const HitCheck hit(guards);
+  EXPECT_EQ(hit.num_word_records(), 4u);
+  EXPECT_EQ(hit.num_tensor_records(), 4u);
+  EXPECT_EQ(hit.rest().size(), 0u);
+
+  const at::Tensor wants_grad = torch::zeros({3, 4}, torch::requires_grad());
+  at::Tensor grad_off = torch::zeros({3, 4});
+  grad_off.set_requires_grad(true);
+  grad_off.set_requires_grad(false);  // autograd metadata that says no
+  const at::Tensor six = torch::zeros({2, 3, 4, 5, 1, 1});  // sizes out of line
+  const at::Tensor on_cpu0 = torch::zeros({3, 4}, torch::Device("cpu:0"));
+  at::Tensor inference;
+  {
+    c10::InferenceMode guard;
+    inference = torch::zeros({3, 4});
+  }
+  std::vector<Args> passing = {{s, v, m, q},
+                               {torch::tensor(-2.0f), torch::ones({7}), torch::ones({3, 4}), torch::ones({2, 3, 4, 5})},
+                               {s, v, m.view({3, 4}), q},             // a view: autograd metadata
+                               {s, v, wants_grad.detach(), q},        // detached: metadata, no grad
+                               {s, v, grad_off, q},
+                               {s, v, torch::zeros({4, 3}).t(), q}};  // strides are not guarded here
+  std::vector<Args> failing = {{s, v, torch::zeros({3, 5}), q},
+                               {s, v, torch::zeros({2, 4}), q},
+                               {s, torch::zeros({6}), m, q},
+                               {s, v, m, torch::zeros({2, 3, 4, 6})},
+                               {s, v, m, torch::zeros({1, 3, 4, 5})},
+                               {torch::zeros({1}), v, m, q},               // rank 1 for rank 0
+                               {s, v, torch::zeros({3, 4, 1}), q},         // rank
+                               {s, v, torch::zeros({12}), q},              // rank
+                               {s, v, m, six},                             // rank, out-of-line sizes
+                               {s, v, torch::zeros({3, 4}, torch::kDouble), q},
+                               {s, v, torch::zeros({3, 4}, torch::kInt), q},
+                               {torch::tensor(1.5, torch::kDouble), v, m, q},
+                               {s, v, torch::empty({3, 4}, torch::TensorOptions().device(torch::kMeta)), q},
+                               {s, v, torch::zeros({3, 4}).to_sparse(), q},
+                               {s, v, wants_grad, q},
+                               {s, v, inference, q},                       // key set
+                               {s, v, at::Tensor(), q},
+                               {s, v, int64_t{3}, q},
+                               {s, v, 2.0, q}};
+  (DeviceCodeOf(on_cpu0) == DeviceCodeOf(m) ? passing : failing).push_back({s, v, on_cpu0, q});
+  ExpectAgreement({"word records", guards, passing, failing});
+}
+
+// A TensorImpl whose sizes, device or layout come from a policy (a subclass's overrides) has
+// fields that need not be the truth: word records reject it, whatever the fields hold (the slow
+// path's program, which asks the accessors, decides such calls).
+TEST(HitCheck, WordRecordsRejectCustomPolicies) {
+  const at::Tensor m = torch::zeros({3, 4});
+  std::vector<Guard> guards = {Count(1)};
+  for (const Guard& g : UsedPlainTensor(0, m)) guards.push_back(g);
+  const HitCheck hit(guards);
+  ASSERT_EQ(hit.num_word_records(), 1u);
+  EXPECT_TRUE(hit.Check({m}));
+  for (int policy = -1; policy < 3; ++policy) {
+    const at::Tensor t(c10::make_intrusive<PolicyImpl>(m, policy));
+    EXPECT_EQ(hit.Check({t}), policy < 0) << "policy " << policy;
+  }
+}
+
 // --- Ordering -----------------------------------------------------------------------------------
 
 // The guards a builder would emit for one 2-D float tensor argument, deliberately listed most
