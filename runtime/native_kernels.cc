@@ -49,6 +49,7 @@
 #endif
 
 #include "runtime/codegen_replay.h"
+#include "runtime/native_kernels.h"
 
 namespace warden::codegen {
 namespace {
@@ -362,9 +363,11 @@ struct AvgPool2dNode : public torch::autograd::Function<AvgPool2dNode> {
   }
 };
 
+}  // namespace
+
 // The dispatch keys of a plain CPU tensor, with and without autograd's (an inference tensor).
 // Both are made with inference mode set explicitly: the first call may come from inside it.
-bool PlainCpu(const at::Tensor& x) {
+bool native::PlainCpu(const at::Tensor& x) {
   static const uint64_t with_autograd = [] {
     c10::InferenceMode mode(false);
     return at::empty({1}).key_set().raw_repr();
@@ -373,9 +376,32 @@ bool PlainCpu(const at::Tensor& x) {
     c10::InferenceMode mode(true);
     return at::empty({1}).key_set().raw_repr();
   }();
+  if (!x.defined()) return false;
   const uint64_t keys = x.key_set().raw_repr();
   return keys == with_autograd || keys == inference;
 }
+
+// The thread's dispatch state: the kernel stands for the CPU kernel and, with history, for the
+// autograd kernel above it. Any key a thread includes beyond the default, or excludes beyond the
+// default and autograd's (which only drops the history: Note [Below autograd]), means eager would
+// run something else first: ATen runs.
+bool native::DispatchStateAllowsNative(bool* below_autograd) {
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  if (!(local.included_ - c10::default_included_set).empty()) return false;
+  const c10::DispatchKeySet excluded = local.excluded_ - c10::default_excluded_set;
+  if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return false;
+  *below_autograd = excluded.has(c10::DispatchKey::AutogradCPU);
+  return true;
+}
+
+bool native::HasForwardGrad(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->autograd_meta() != nullptr && t._fw_grad(0).defined();
+}
+
+void native::CountCall() { ++native_calls; }
+
+namespace {
+using native::PlainCpu;
 
 // A pool step's input that passed the run-time checks: the output's sizes, and whether the result
 // needs the kernel's autograd node.
@@ -404,17 +430,9 @@ std::optional<PoolInput> CheckPoolInput(const OpStep& s, const std::vector<c10::
   const int64_t oh = OutputSize(t.size(-2), p.kh, p.ph, p.sh, p.dh, p.ceil);
   const int64_t ow = OutputSize(t.size(-1), p.kw, p.pw, p.sw, p.dw, p.ceil);
   if (oh < 1 || ow < 1) return std::nullopt;
-  // The thread's dispatch state: the kernel stands for the CPU kernel and, with history, for the
-  // autograd kernel above it. Any key a thread includes beyond the default, or excludes beyond the
-  // default and autograd's (which only drops the history: Note [Below autograd]), means eager
-  // would run something else first: ATen runs.
-  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
-  if (!(local.included_ - c10::default_included_set).empty()) return std::nullopt;
-  const c10::DispatchKeySet excluded = local.excluded_ - c10::default_excluded_set;
-  if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return std::nullopt;
-  if (t.unsafeGetTensorImpl()->autograd_meta() != nullptr && t._fw_grad(0).defined()) return std::nullopt;
-  const bool history =
-      c10::GradMode::is_enabled() && t.requires_grad() && !excluded.has(c10::DispatchKey::AutogradCPU);
+  bool below_autograd = false;
+  if (!native::DispatchStateAllowsNative(&below_autograd) || native::HasForwardGrad(t)) return std::nullopt;
+  const bool history = c10::GradMode::is_enabled() && t.requires_grad() && !below_autograd;
   return PoolInput{&t, oh, ow, history};
 }
 
@@ -515,6 +533,7 @@ constexpr NativeOp kNativeOps[] = {
     {"aten::max_pool2d", 1, &MaxPoolParams, &NativeMaxPool2d},
     {"aten::max_pool2d_with_indices", 2, &MaxPoolParams, &NativeMaxPool2d},
     {"aten::avg_pool2d", 1, &AvgPoolParams, &NativeAvgPool2d},
+    {"aten::lstm.input", 3, &native::LstmParams, &native::NativeLstm},
 };
 
 const NativeOp* NativeOpOf(const std::string& op) {
