@@ -698,6 +698,7 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
   for (int32_t rank = 0; rank <= kExactDims; ++rank) {
     rank_end_[rank] = static_cast<uint32_t>(
         std::count_if(words_.begin(), words_.end(), [rank](const WordRecord& w) { return w.rank <= rank; }));
+    if (rank_end_[rank] != (rank == 0 ? 0 : rank_end_[rank - 1])) word_ranks_ |= 1u << rank;
   }
 }
 
@@ -759,9 +760,10 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   // Note [Word records]
   static_assert(kExactDims == 4, "one WordsHold per rank");
   const size_t step = fused;
-  if (!WordsHold<0>(args, next_seen, step) || !WordsHold<1>(args, next_seen, step) ||
-      !WordsHold<2>(args, next_seen, step) || !WordsHold<3>(args, next_seen, step) ||
-      !WordsHold<4>(args, next_seen, step)) {
+  const unsigned ranks = word_ranks_;
+  if (((ranks & 1u) && !WordsHold<0>(args, next_seen, step)) || ((ranks & 2u) && !WordsHold<1>(args, next_seen, step)) ||
+      ((ranks & 4u) && !WordsHold<2>(args, next_seen, step)) || ((ranks & 8u) && !WordsHold<3>(args, next_seen, step)) ||
+      ((ranks & 16u) && !WordsHold<4>(args, next_seen, step))) {
     return false;
   }
   for (const TensorRecord& r : tensors_) {

@@ -139,6 +139,7 @@ class HitCheck {
   };
   std::vector<WordRecord> words_;  // by rank: words_[rank_end_[r - 1], rank_end_[r]) have rank r
   uint32_t rank_end_[kExactDims + 1] = {};
+  uint32_t word_ranks_ = 0;  // bit r: some word record has rank r
   // The word records of rank kRank; stores each one's TensorImpl at *seen, advanced by `step`.
   template <int kRank>
   bool WordsHold(const c10::IValue* args, const c10::TensorImpl**& seen, size_t step) const noexcept;

@@ -57,14 +57,9 @@ class ReplayArtifact final : public Artifact {
   // this thread); tensor lists and the outputs vector still allocate.
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
+    if (steps_.empty()) return PassThrough(args, outputs);
     outputs->clear();
     outputs->reserve(outputs_.size());
-    if (steps_.empty()) {  // the graph returns arguments and constants only
-      for (const Output& o : outputs_) {
-        outputs->push_back(o.arg >= 0 ? args[o.arg].toTensor() : o.constant);
-      }
-      return true;
-    }
     codegen::RunScratch scratch(num_slots_);
     std::vector<c10::IValue>& slots = scratch.slots();
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
@@ -79,6 +74,15 @@ class ReplayArtifact final : public Artifact {
   }
 
  private:
+  // A graph that returns arguments and constants only: its outputs, in one inlined loop.
+  __attribute__((flatten)) bool PassThrough(const std::vector<c10::IValue>& args,
+                                            std::vector<at::Tensor>* outputs) const {
+    outputs->clear();
+    outputs->reserve(outputs_.size());
+    for (const Output& o : outputs_) outputs->push_back(o.arg >= 0 ? args[o.arg].toTensor() : o.constant);
+    return true;
+  }
+
   // Note [Release after last use] in runtime/codegen_replay.h.
   void PlanReleases() {
     std::vector<std::vector<int>> uses(steps_.size());
