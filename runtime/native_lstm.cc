@@ -272,7 +272,9 @@ bool NativeLstm(const OpStep& s, std::vector<c10::IValue>& slots) {
 
   const at::TensorOptions options = x.options();
   at::Tensor output = at::empty({steps, batch, hidden}, options);
-  at::Tensor h_n = h0.clone(), c_n = c0.clone();
+  // Eager's h_n and c_n are stacks, with canonical strides even on size-1 dims (where a contiguous
+  // h0 may have any).
+  at::Tensor h_n = h0.clone(at::MemoryFormat::Contiguous), c_n = c0.clone(at::MemoryFormat::Contiguous);
   for (int64_t l = 0; l < layers; ++l) {
     const int64_t layer_in = l == 0 ? in : hidden;
     const at::Tensor* lw = &w[l * per_layer];

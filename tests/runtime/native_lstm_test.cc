@@ -138,6 +138,24 @@ TEST(NativeLstm, NanInfinityAndSaturation) {
   EXPECT_TRUE(torch::isnan(got[0][0][0]).all().item<bool>());  // batch row 0 is NaN from step 0
 }
 
+// An initial state that is contiguous but has another stride on its size-1 batch dim: h_n and
+// c_n still have eager's canonical strides.
+TEST(NativeLstm, CanonicalStateStrides) {
+  torch::NoGradGuard no_grad;
+  const LstmCase c{"strides", 5, 7, 2, true, false, true, 3, 1};
+  torch::nn::LSTM lstm = EvalLstm(c);
+  ScopedCacheDir cache;
+  CompiledFunction f = CompileWithState(c);
+  const at::Tensor h0 = torch::randn({2, 7, 1}).transpose(1, 2), c0 = torch::randn({2, 7, 1}).transpose(1, 2);
+  ASSERT_TRUE(h0.is_contiguous());
+  const Args args = {torch::randn({3, 1, 5}), h0, c0};
+  f(args);  // the trace
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  const Outputs got = f(args);
+  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+  ExpectClose(got, RunLstm(lstm, args, true), "state strides");
+}
+
 TEST(NativeLstm, FallsBackToAtenOutsideItsForms) {
   {
     // Gradients wanted: ATen's LSTM and its autograd.
