@@ -444,11 +444,12 @@ class PolicyProbe final : public c10::TensorImpl {
 };
 constexpr int kPolicies = 4;
 
+// The window starts at data_type_, so the dtype is its first two bytes.
 struct MetadataWindow {
   bool ok = false;
   ptrdiff_t offset = 0;
-  uint64_t mask = 0;  // dtype and device bytes, policy bits
-  ptrdiff_t dtype_at = 0, device_at = 0;  // within the window
+  uint64_t mask = 0;       // dtype and device bytes, policy bits
+  ptrdiff_t device_at = 0;  // device_opt_, within the window
 };
 
 // The byte range [at, at + size) of the window, or false if it is outside.
@@ -463,11 +464,10 @@ MetadataWindow FindMetadataWindow() {
   const c10::intrusive_ptr<PolicyProbe> probe = c10::make_intrusive<PolicyProbe>();
   const char* base = reinterpret_cast<const char*>(probe.get());
   w.offset = reinterpret_cast<const char*>(&(probe.get()->*MemberPointer(DataTypeMember{}))) - base;
-  w.dtype_at = 0;
   w.device_at = reinterpret_cast<const char*>(&(probe.get()->*MemberPointer(DeviceOptMember{}))) - base - w.offset;
   constexpr size_t kImpl = sizeof(c10::TensorImpl);
   if (w.offset < 0 || w.offset + 8 > static_cast<ptrdiff_t>(kImpl) || sizeof(c10::optional<c10::Device>) != 3 ||
-      sizeof(caffe2::TypeMeta) != 2 || !MarkBytes(w.dtype_at, 2, &w.mask) || !MarkBytes(w.device_at, 3, &w.mask)) {
+      sizeof(caffe2::TypeMeta) != 2 || !MarkBytes(0, 2, &w.mask) || !MarkBytes(w.device_at, 3, &w.mask)) {
     return w;
   }
   for (int which = 0; which < kPolicies; ++which) {
@@ -499,7 +499,7 @@ const MetadataWindow& Window() {
 // The window's expected bytes for a tensor of this dtype on this device, policies zero.
 uint64_t WindowBytes(const MetadataWindow& w, caffe2::TypeMeta dtype, c10::Device device) {
   unsigned char bytes[8] = {};
-  std::memcpy(bytes + w.dtype_at, &dtype, sizeof(dtype));
+  std::memcpy(bytes, &dtype, sizeof(dtype));
   const c10::optional<c10::Device> opt = device;
   std::memcpy(bytes + w.device_at, static_cast<const void*>(&opt), sizeof(opt));
   uint64_t word;
@@ -621,6 +621,10 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
       default: p.sizes.push_back(&g); break;
     }
   }
+  const MetadataWindow& window = Window();
+  window_offset_ = window.offset;
+  window_mask_ = window.mask;
+  const uint64_t layout_keys = (c10::sparse_ks | c10::sparse_csr_ks | c10::mkldnn_ks).raw_repr();
   for (const auto& [arg, p] : parts) {
     if (!Recordable(p)) continue;
     std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -649,10 +653,8 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     }
     min_args_ = std::max(min_args_, static_cast<size_t>(arg) + 1);
     // Note [Word records]: a plain strided key set (its layout follows from the keys).
-    const uint64_t kLayoutKeys = (c10::sparse_ks | c10::sparse_csr_ks | c10::mkldnn_ks).raw_repr();
-    const MetadataWindow& window = Window();
     if (window.ok && r.check_keys && r.exact && !r.requires_grad && r.layout == static_cast<int8_t>(c10::kStrided) &&
-        (r.keys & kLayoutKeys) == 0) {
+        (r.keys & layout_keys) == 0) {
       WordRecord w{r.arg, r.rank, r.keys,
                    WindowBytes(window, r.dtype,
                                c10::Device(static_cast<c10::DeviceType>(p.device->expected >> 16),
@@ -660,8 +662,6 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
                    {}};
       std::copy(std::begin(r.dims), std::end(r.dims), std::begin(w.dims));
       words_.push_back(w);
-      window_offset_ = window.offset;
-      window_mask_ = window.mask;
       continue;
     }
     tensors_.push_back(r);

@@ -416,7 +416,7 @@ std::optional<PoolInput> CheckPoolInput(const OpStep& s, const std::vector<c10::
   const c10::IValue& v = slots[s.args[0].slot];
   if (!v.isTensor()) return std::nullopt;
   const at::Tensor& t = v.toTensor();
-  if (!t.defined() || !PlainCpu(t)) return std::nullopt;
+  if (!PlainCpu(t)) return std::nullopt;
   const at::ScalarType dtype = t.scalar_type();
   // ATen lays its outputs out as suggest_memory_format() says: a contiguous tensor can still be
   // channels-last to it (one channel, NHWC storage), and then eager's outputs are channels-last.

@@ -86,6 +86,16 @@ torch::nn::LSTM MakeLstm(const LstmCase& c) {
       torch::nn::LSTMOptions(c.in, c.hidden).num_layers(c.layers).bias(c.bias).batch_first(c.batch_first));
 }
 
+// Calls f twice with args, the trace and then a hit; returns the hit's outputs and sets *native to
+// the native kernel calls it made.
+Outputs HitOnce(CompiledFunction& f, const Args& args, int64_t* native) {
+  f(args);  // the trace
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  Outputs got = f(args);
+  *native = codegen::NativeCallsOnThisThread() - before;
+  return got;
+}
+
 torch::nn::LSTM EvalLstm(const LstmCase& c) {
   torch::nn::LSTM lstm = MakeLstm(c);
   lstm->eval();
@@ -130,10 +140,9 @@ TEST(NativeLstm, NanInfinityAndSaturation) {
   x[1][1][2] = INFINITY;
   x[2][2][3] = -INFINITY;
   const Args args = {x, torch::zeros({2, 3, 8}), torch::zeros({2, 3, 8})};
-  f(args);  // the trace
-  const int64_t before = codegen::NativeCallsOnThisThread();
-  const Outputs got = f(args);
-  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+  int64_t native = 0;
+  const Outputs got = HitOnce(f, args, &native);
+  EXPECT_EQ(native, 1);
   ExpectClose(got, RunLstm(lstm, args, true), "special values");
   EXPECT_TRUE(torch::isnan(got[0][0][0]).all().item<bool>());  // batch row 0 is NaN from step 0
 }
@@ -149,10 +158,9 @@ TEST(NativeLstm, CanonicalStateStrides) {
   const at::Tensor h0 = torch::randn({2, 7, 1}).transpose(1, 2), c0 = torch::randn({2, 7, 1}).transpose(1, 2);
   ASSERT_TRUE(h0.is_contiguous());
   const Args args = {torch::randn({3, 1, 5}), h0, c0};
-  f(args);  // the trace
-  const int64_t before = codegen::NativeCallsOnThisThread();
-  const Outputs got = f(args);
-  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+  int64_t native = 0;
+  const Outputs got = HitOnce(f, args, &native);
+  EXPECT_EQ(native, 1);
   ExpectClose(got, RunLstm(lstm, args, true), "state strides");
 }
 
@@ -177,10 +185,9 @@ TEST(NativeLstm, FallsBackToAtenOutsideItsForms) {
     ScopedCacheDir cache;
     CompiledFunction f = compile([lstm](const Args& a) mutable { return RunLstm(lstm, a, false); }, CppStatic("proj"));
     const Args args = {torch::randn({3, 2, 4})};
-    f(args);
-    const int64_t before = codegen::NativeCallsOnThisThread();
-    ExpectClose(f(args), RunLstm(lstm, args, false), "proj");
-    EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 0);
+    int64_t native = -1;
+    ExpectClose(HitOnce(f, args, &native), RunLstm(lstm, args, false), "proj");
+    EXPECT_EQ(native, 0);
   }
   {
     const LstmCase c{"wide", 4, 300, 1, true, false, true, 2, 1};  // hidden > kMaxHidden
