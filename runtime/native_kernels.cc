@@ -534,6 +534,7 @@ constexpr NativeOp kNativeOps[] = {
     {"aten::max_pool2d_with_indices", 2, &MaxPoolParams, &NativeMaxPool2d},
     {"aten::avg_pool2d", 1, &AvgPoolParams, &NativeAvgPool2d},
     {"aten::lstm.input", 3, &native::LstmParams, &native::NativeLstm},
+    {"aten::conv2d", 1, &native::Conv2dParams, &native::NativeConv2d},
 };
 
 const NativeOp* NativeOpOf(const std::string& op) {

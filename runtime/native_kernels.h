@@ -30,6 +30,10 @@ void CountCall();
 bool LstmParams(const OpStep& s, std::vector<int64_t>* params);
 bool NativeLstm(const OpStep& s, std::vector<c10::IValue>& slots);
 
+// Note [Native convolution] (runtime/native_conv.cc): aten::conv2d.
+bool Conv2dParams(const OpStep& s, std::vector<int64_t>* params);
+bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots);
+
 }  // namespace warden::codegen::native
 
 #endif  // WARDEN_RUNTIME_NATIVE_KERNELS_H_

@@ -1,0 +1,130 @@
+// Note [Native convolution] (runtime/native_conv.cc) against eager's at::conv2d, shape by shape:
+// the convolutions of tests/models/models.h's CNN and ResNet at batch 1 and 8, and larger ones
+// around the kernel's limits (C * KH * KW <= 1152, O <= 256) that show where ATen catches up.
+// Each row compiles `conv2d(x, w, b, stride, padding)` on backend "cpp" (eval, no grad), checks the
+// result against eager (allclose 1e-4 / 1e-5) and that the native kernel ran, then times it;
+// the eager row times at::conv2d itself. Threads: 1 intra-op thread unless --threads=N.
+//
+//   bazel run -c opt //bench:native_conv_bench [-- --threads=2]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include "runtime/codegen_replay.h"
+#include "runtime/warden.h"
+#include "tools/libtorch_info.h"
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, c, h, w, o, k, stride, pad;
+  bool bias;
+};
+
+const Shape kShapes[] = {
+    {"resnet_stem", 8, 1, 16, 16, 8, 3, 1, 1, false},
+    {"resnet_block1", 8, 8, 16, 16, 8, 3, 1, 1, false},
+    {"resnet_down3x3", 8, 8, 16, 16, 16, 3, 2, 1, false},
+    {"resnet_block2", 8, 16, 8, 8, 16, 3, 1, 1, false},
+    {"resnet_down1x1", 8, 8, 16, 16, 16, 1, 2, 0, false},
+    {"resnet_block1_b1", 1, 8, 16, 16, 8, 3, 1, 1, false},
+    {"cnn_conv1", 8, 1, 16, 16, 8, 3, 1, 1, true},
+    {"cnn_conv2", 8, 8, 8, 8, 16, 3, 1, 1, true},
+    {"c16_16px", 8, 16, 16, 16, 16, 3, 1, 1, true},
+    {"c32_8px", 8, 32, 8, 8, 32, 3, 1, 1, true},
+    {"c32_16px", 8, 32, 16, 16, 32, 3, 1, 1, true},
+    {"c16_32px", 8, 16, 32, 32, 16, 3, 1, 1, true},
+    {"c64_8px_b1", 1, 64, 8, 8, 64, 3, 1, 1, true},
+    {"c32_28px", 8, 32, 28, 28, 32, 3, 1, 1, true},
+    {"c64_14px", 8, 64, 14, 14, 64, 3, 1, 1, true},
+    {"c128_7px", 8, 128, 7, 7, 128, 3, 1, 1, true},
+    {"c3_64px_5x5", 4, 3, 64, 64, 16, 5, 1, 2, true},
+};
+
+struct Case {
+  at::Tensor x, w, b;
+  warden::CompiledFunction f;
+  std::string error;
+};
+
+warden::CompiledFunction CompileConv(const Shape& s, const at::Tensor& w, const at::Tensor& b) {
+  const int64_t stride = s.stride, pad = s.pad;
+  warden::Options o;
+  o.name = std::string("conv_") + s.name;
+  o.backend = "cpp";
+  return warden::compile(
+      [w, b, stride, pad](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        return {at::conv2d(a[0].toTensor(), w, b, stride, pad)};
+      },
+      o);
+}
+
+Case MakeCase(const Shape& s) {
+  torch::manual_seed(0);
+  const at::Tensor x = torch::randn({s.n, s.c, s.h, s.w}), w = torch::randn({s.o, s.c, s.k, s.k}) * 0.1;
+  const at::Tensor b = s.bias ? torch::randn({s.o}) : at::Tensor();
+  Case c{x, w, b, CompileConv(s, w, b), ""};
+  const int64_t stride = s.stride, pad = s.pad;
+  const at::Tensor want = at::conv2d(c.x, w, b, stride, pad);
+  c.f({c.x});
+  const int64_t before = warden::codegen::NativeCallsOnThisThread();
+  const std::vector<at::Tensor> got = c.f({c.x});
+  if (warden::codegen::NativeCallsOnThisThread() == before) c.error = "the native kernel did not run";
+  if (got.size() != 1 || !got[0].sizes().equals(want.sizes()) || !torch::allclose(got[0], want, 1e-4, 1e-5)) {
+    c.error = "warden's result differs from eager's";
+  }
+  return c;
+}
+
+void BM_Eager(benchmark::State& state, const Shape* s) {
+  torch::NoGradGuard no_grad;
+  Case c = MakeCase(*s);
+  for (auto _ : state) benchmark::DoNotOptimize(at::conv2d(c.x, c.w, c.b, s->stride, s->pad));
+  state.counters["MFLOP"] = 2.0 * s->n * s->o * s->c * s->k * s->k * ((s->h + 2 * s->pad - s->k) / s->stride + 1) *
+                            ((s->w + 2 * s->pad - s->k) / s->stride + 1) / 1e6;
+}
+
+void BM_Cpp(benchmark::State& state, const Shape* s) {
+  torch::NoGradGuard no_grad;
+  Case c = MakeCase(*s);
+  if (!c.error.empty()) {
+    state.SkipWithError(c.error.c_str());
+    return;
+  }
+  const std::vector<c10::IValue> args = {c.x};
+  for (auto _ : state) benchmark::DoNotOptimize(c.f(args));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      threads = std::atoi(argv[i] + 10);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (threads < 1) {
+    std::fprintf(stderr, "native_conv_bench: --threads must be >= 1\n");
+    return 2;
+  }
+  at::set_num_threads(threads);
+  for (const Shape& s : kShapes) {
+    benchmark::RegisterBenchmark((std::string("conv/") + s.name + "/eager").c_str(), BM_Eager, &s);
+    benchmark::RegisterBenchmark((std::string("conv/") + s.name + "/cpp").c_str(), BM_Cpp, &s);
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  std::printf("native_conv_bench: %s, %d intra-op thread(s)\n", warden::tools::LibTorchDescription().c_str(), threads);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}

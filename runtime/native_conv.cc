@@ -1,0 +1,410 @@
+// Note [Native convolution]
+// The convolutions of small image models (a few to a few dozen channels, 3x3 or 1x1 kernels,
+// images of a few dozen pixels a side) are far below what ATen's CPU convolution is tuned for:
+// oneDNN (LibTorch 1.13 and 2.x alike) spends more on setting up each call and on reordering than
+// on the multiply-adds. A 1x1 convolution with stride 2 from 8 to 16 channels over 8 images of
+// 16x16 (131 thousand multiply-adds) took ~40 us eagerly on this project's machines, and the
+// single-channel stem of the ResNet in tests/models/models.h ~48 us at batch 8: 3-6 GFLOP/s, where
+// one core's AVX2 peak is ~80. On backend "cpp" a replay step of aten::conv2d runs the kernel below
+// when its checks pass, and the ATen call otherwise:
+//   - built only when stride, padding, dilation and groups are constants: stride and dilation
+//     positive, padding non-negative, groups 1;
+//   - at run time: a float32 input [N, C, H, W] and weight [O, C, KH, KW], both contiguous and
+//     NCHW to suggest_memory_format() (then eager's output is contiguous NCHW too), every size
+//     positive, an output of at least one pixel; the bias absent or a contiguous float32 [O]; every
+//     tensor a plain CPU tensor; every weight finite (a padded position multiplies its weight by
+//     zero here, where ATen's direct kernels skip it: with an infinite weight that is NaN against
+//     a finite sum); no gradient wanted and none forward-mode; the thread's dispatch state as for the
+//     other native kernels; C * KH * KW <= kMaxReduction and O <= kMaxOutChannels (beyond them,
+//     oneDNN's blocked kernels win);
+//   - results: eager's sizes and strides; values within float rounding of eager's, not its bits (the
+//     products are summed in another order), like the fused kernels of backend "cpp".
+// How: each image is copied once into a zero-padded buffer whose columns are split by their
+// position modulo the stride ("phases"), so that for every kernel tap the input pixels of eight
+// consecutive output pixels of a row are eight consecutive floats, whatever the stride and
+// dilation. The output plane is cut into 8-pixel vectors (a row's last one partial); two vectors
+// times four output channels are eight AVX accumulators, and every tap adds a broadcast weight
+// times an input vector to them. Tasks are (image, 4 output channels), split across ATen's
+// intra-op threads. The loops are compiled for AVX2 with FMA and for the baseline, picked by the
+// CPU once.
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "runtime/codegen_replay.h"
+#include "runtime/native_kernels.h"
+
+// at::parallel_for is a header template: with LibTorch's OpenMP backend it only splits work when
+// this translation unit is compiled with -fopenmp (runtime/BUILD).
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "runtime/native_conv.cc must be compiled with -fopenmp for at::parallel_for to split kernels"
+#endif
+
+// The vector helpers below are always inlined, so their AVX-sized arguments never cross a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace warden::codegen::native {
+namespace {
+
+// Beyond these, ATen's convolution is as fast or faster (bench/native_conv_bench.cc).
+constexpr int64_t kMaxReduction = 1152;   // C * KH * KW
+constexpr int64_t kMaxOutChannels = 256;  // O
+// Multiply-adds per parallel task, at least (ATen's GRAIN_SIZE).
+constexpr int64_t kGrain = 32768;
+
+constexpr int kLanes = 8;
+constexpr int kBlock = 4;    // output channels per task
+constexpr int kVectors = 2;  // output vectors per tile
+typedef float F8 __attribute__((vector_size(32)));
+
+C10_ALWAYS_INLINE F8 Splat(float x) { return F8{x, x, x, x, x, x, x, x}; }
+C10_ALWAYS_INLINE F8 Load(const float* p) {
+  F8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// One convolution's shapes and buffers.
+struct Conv {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  int64_t hp, wq;        // padded rows; floats per (row, phase) of the padded buffer
+  int64_t taps;          // c * kh * kw
+  const float* padded;   // [n][c][hp][sw][wq]
+  const float* weights;  // [blocks][taps][kBlock], zero beyond o
+  const float* bias;     // [blocks * kBlock], zero beyond o
+  const int64_t* tap;    // [taps]: offset of the tap's first input float from an output row's base
+  const int64_t* vsrc;   // [vectors]: offset of the vector's input base in an image's buffer
+  const int64_t* vdst;   // [vectors]: offset of the vector's first output in a channel's plane
+  const int* vlanes;     // [vectors]: its valid lanes (8 but at a row's end)
+  int64_t vectors;       // oh * ceil(ow / 8)
+  float* out;            // [n][o][oh][ow]
+};
+
+template <int kTile>
+C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb, const float* bias, int valid,
+                            int64_t v0, float* out_plane0) {
+  F8 acc[kBlock][kTile];
+  for (int j = 0; j < kBlock; ++j) {
+    for (int v = 0; v < kTile; ++v) acc[j][v] = Splat(bias[j]);
+  }
+  const float* src[kTile];
+  for (int v = 0; v < kTile; ++v) src[v] = image + cv.vsrc[v0 + v];
+  for (int64_t t = 0; t < cv.taps; ++t) {
+    const int64_t off = cv.tap[t];
+    F8 x[kTile];
+    for (int v = 0; v < kTile; ++v) x[v] = Load(src[v] + off);
+    const float* wt = wb + t * kBlock;
+    for (int j = 0; j < kBlock; ++j) {
+      const F8 wv = Splat(wt[j]);
+      for (int v = 0; v < kTile; ++v) acc[j][v] += wv * x[v];
+    }
+  }
+  const int64_t plane = cv.oh * cv.ow;
+  for (int j = 0; j < valid; ++j) {
+    float* dst = out_plane0 + j * plane;
+    for (int v = 0; v < kTile; ++v) {
+      float lanes[kLanes];
+      std::memcpy(lanes, &acc[j][v], sizeof(lanes));
+      std::memcpy(dst + cv.vdst[v0 + v], lanes, cv.vlanes[v0 + v] * sizeof(float));
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// Tile with AVX2 intrinsics: the accumulators stay in registers (eight of the sixteen), each tap
+// is kTile loads, kBlock broadcasts and kBlock * kTile FMAs.
+template <int kTile>
+__attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const Conv& cv, const float* image,
+                                                                        const float* wb, const float* bias,
+                                                                        int valid, int64_t v0, float* out_plane0) {
+  __m256 acc[kBlock][kTile];
+#pragma GCC unroll 4
+  for (int j = 0; j < kBlock; ++j) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) acc[j][v] = _mm256_broadcast_ss(bias + j);
+  }
+  const float* src[kTile];
+#pragma GCC unroll 2
+  for (int v = 0; v < kTile; ++v) src[v] = image + cv.vsrc[v0 + v];
+  const int64_t* tap = cv.tap;
+  const int64_t taps = cv.taps;
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t off = tap[t];
+    __m256 x[kTile];
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) x[v] = _mm256_loadu_ps(src[v] + off);
+    const float* wt = wb + t * kBlock;
+#pragma GCC unroll 4
+    for (int j = 0; j < kBlock; ++j) {
+      const __m256 wv = _mm256_broadcast_ss(wt + j);
+#pragma GCC unroll 2
+      for (int v = 0; v < kTile; ++v) acc[j][v] = _mm256_fmadd_ps(wv, x[v], acc[j][v]);
+    }
+  }
+  const int64_t plane = cv.oh * cv.ow;
+  // Constant indices only, so that acc never needs an address.
+#pragma GCC unroll 4
+  for (int j = 0; j < kBlock; ++j) {
+    if (j >= valid) break;
+    float* dst = out_plane0 + j * plane;
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) {
+      if (cv.vlanes[v0 + v] == kLanes) {
+        _mm256_storeu_ps(dst + cv.vdst[v0 + v], acc[j][v]);
+      } else {
+        float lanes[kLanes];
+        _mm256_storeu_ps(lanes, acc[j][v]);
+        std::memcpy(dst + cv.vdst[v0 + v], lanes, cv.vlanes[v0 + v] * sizeof(float));
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void TaskAvx2(const Conv& cv, int64_t img, int64_t block) {
+  const float* image = cv.padded + img * cv.c * cv.hp * cv.sw * cv.wq;
+  const float* wb = cv.weights + block * cv.taps * kBlock;
+  const float* bias = cv.bias + block * kBlock;
+  const int valid = static_cast<int>(std::min<int64_t>(kBlock, cv.o - block * kBlock));
+  float* out_plane0 = cv.out + (img * cv.o + block * kBlock) * cv.oh * cv.ow;
+  int64_t v = 0;
+  for (; v + kVectors <= cv.vectors; v += kVectors) TileAvx2<kVectors>(cv, image, wb, bias, valid, v, out_plane0);
+  for (; v < cv.vectors; ++v) TileAvx2<1>(cv, image, wb, bias, valid, v, out_plane0);
+}
+#endif
+
+// The same with generic vectors, for CPUs without AVX2.
+void TaskBaseline(const Conv& cv, int64_t img, int64_t block) {
+  const float* image = cv.padded + img * cv.c * cv.hp * cv.sw * cv.wq;
+  const float* wb = cv.weights + block * cv.taps * kBlock;
+  const float* bias = cv.bias + block * kBlock;
+  const int valid = static_cast<int>(std::min<int64_t>(kBlock, cv.o - block * kBlock));
+  float* out_plane0 = cv.out + (img * cv.o + block * kBlock) * cv.oh * cv.ow;
+  for (int64_t v = 0; v < cv.vectors; ++v) Tile<1>(cv, image, wb, bias, valid, v, out_plane0);
+}
+
+void RunConv(const Conv& cv) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  const int64_t blocks = (cv.o + kBlock - 1) / kBlock;
+  const int64_t per_task = std::max<int64_t>(1, cv.oh * cv.ow * cv.taps * kBlock);
+  at::parallel_for(0, cv.n * blocks, std::max<int64_t>(1, kGrain / per_task), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+#if defined(__x86_64__)
+      if (avx2) {
+        TaskAvx2(cv, i / blocks, i % blocks);
+        continue;
+      }
+#endif
+      TaskBaseline(cv, i / blocks, i % blocks);
+    }
+  });
+}
+
+// A contiguous NCHW float32 plain CPU tensor with no forward gradient.
+bool Dense(const at::Tensor& t, int64_t dim) {
+  return PlainCpu(t) && t.scalar_type() == at::kFloat && t.dim() == dim && t.is_contiguous() &&
+         (dim != 4 || t.suggest_memory_format() == at::MemoryFormat::Contiguous) && !HasForwardGrad(t);
+}
+
+// A step argument's tensor: from its slot, or its constant; undefined for None.
+at::Tensor ArgTensor(const OpStepArg& a, const std::vector<c10::IValue>& slots) {
+  const c10::IValue& v = a.kind == OpStepArg::Kind::kSlot ? slots[a.slot] : a.constant;
+  return v.isTensor() ? v.toTensor() : at::Tensor();
+}
+
+bool TensorArg(const OpStepArg& a, bool optional) {
+  if (a.kind == OpStepArg::Kind::kSlot) return true;
+  return a.kind == OpStepArg::Kind::kConstant && (a.constant.isTensor() || (optional && a.constant.isNone()));
+}
+
+// One or two ints into a pair.
+bool Pair(const OpStepArg& a, int64_t* pair) {
+  if (a.kind != OpStepArg::Kind::kConstant || !a.constant.isIntList()) return false;
+  const std::vector<int64_t> v = a.constant.toIntVector();
+  if (v.size() != 1 && v.size() != 2) return false;
+  pair[0] = v[0];
+  pair[1] = v.back();
+  return true;
+}
+
+}  // namespace
+
+// conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation,
+// int groups) into native_params: sh, sw, ph, pw, dh, dw.
+bool Conv2dParams(const OpStep& s, std::vector<int64_t>* params) {
+  if (s.args.size() != 7 || s.args[0].kind != OpStepArg::Kind::kSlot || !TensorArg(s.args[1], false) ||
+      !TensorArg(s.args[2], true)) {
+    return false;
+  }
+  int64_t stride[2], padding[2], dilation[2];
+  if (!Pair(s.args[3], stride) || !Pair(s.args[4], padding) || !Pair(s.args[5], dilation)) return false;
+  const OpStepArg& groups = s.args[6];
+  if (groups.kind != OpStepArg::Kind::kConstant || !groups.constant.isInt() || groups.constant.toInt() != 1) {
+    return false;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return false;
+    if (stride[i] > 64 || dilation[i] > 64 || padding[i] > 1024) return false;
+  }
+  *params = {stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
+  return true;
+}
+
+bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  const c10::IValue& xv = slots[s.args[0].slot];
+  if (!xv.isTensor()) return false;
+  const at::Tensor& x = xv.toTensor();
+  const at::Tensor w = ArgTensor(s.args[1], slots);
+  const at::Tensor b = ArgTensor(s.args[2], slots);
+  if (!Dense(x, 4) || !Dense(w, 4) || (b.defined() && !Dense(b, 1))) return false;
+  Conv cv;
+  cv.n = x.size(0);
+  cv.c = x.size(1);
+  cv.h = x.size(2);
+  cv.w = x.size(3);
+  cv.o = w.size(0);
+  cv.kh = w.size(2);
+  cv.kw = w.size(3);
+  const std::vector<int64_t>& p = s.native_params;
+  cv.sh = p[0];
+  cv.sw = p[1];
+  cv.ph = p[2];
+  cv.pw = p[3];
+  cv.dh = p[4];
+  cv.dw = p[5];
+  if (cv.n <= 0 || cv.c <= 0 || cv.h <= 0 || cv.w <= 0 || cv.o <= 0 || cv.kh <= 0 || cv.kw <= 0) return false;
+  if (w.size(1) != cv.c || (b.defined() && b.size(0) != cv.o)) return false;
+  if (cv.o > kMaxOutChannels || cv.c * cv.kh * cv.kw > kMaxReduction) return false;
+  const int64_t span_h = cv.h + 2 * cv.ph - cv.dh * (cv.kh - 1) - 1;
+  const int64_t span_w = cv.w + 2 * cv.pw - cv.dw * (cv.kw - 1) - 1;
+  if (span_h < 0 || span_w < 0) return false;  // ATen raises
+  cv.oh = span_h / cv.sh + 1;
+  cv.ow = span_w / cv.sw + 1;
+  bool below_autograd = false;
+  if (!DispatchStateAllowsNative(&below_autograd)) return false;
+  const bool grad = c10::GradMode::is_enabled() && !below_autograd;
+  if (grad && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()))) return false;
+
+  cv.taps = cv.c * cv.kh * cv.kw;
+  const int64_t blocks = (cv.o + kBlock - 1) / kBlock;
+  const int64_t row_vectors = (cv.ow + kLanes - 1) / kLanes;
+  cv.vectors = cv.oh * row_vectors;
+  cv.hp = cv.h + 2 * cv.ph;
+  // A vector of a row's last (partial) one reads up to lane 7 from the largest tap offset.
+  cv.wq = row_vectors * kLanes + (cv.kw - 1) * cv.dw / cv.sw;
+  const int64_t image_floats = cv.c * cv.hp * cv.sw * cv.wq;
+
+  thread_local std::vector<float> floats;
+  thread_local std::vector<int64_t> offsets;
+  thread_local std::vector<int> lanes;
+  const size_t need = static_cast<size_t>(blocks * kBlock * (cv.taps + 1) + cv.n * image_floats);
+  if (floats.size() < need) floats.resize(need);
+  float* weights = floats.data();
+  float* bias = weights + blocks * kBlock * cv.taps;
+  float* padded = bias + blocks * kBlock;
+
+  // Weights to [block][tap][kBlock], refusing non-finite ones before anything is written.
+  const float* wsrc = w.data_ptr<float>();
+  bool finite = true;
+  for (int64_t oc = 0; oc < blocks * kBlock; ++oc) {
+    float* dst = weights + (oc / kBlock) * cv.taps * kBlock + oc % kBlock;
+    if (oc >= cv.o) {
+      for (int64_t t = 0; t < cv.taps; ++t) dst[t * kBlock] = 0.0f;
+      continue;
+    }
+    const float* row = wsrc + oc * cv.taps;
+    for (int64_t t = 0; t < cv.taps; ++t) {
+      finite &= std::isfinite(row[t]);
+      dst[t * kBlock] = row[t];
+    }
+  }
+  if (!finite) return false;
+  CountCall();
+  std::fill(bias, bias + blocks * kBlock, 0.0f);
+  if (b.defined()) std::memcpy(bias, b.data_ptr<float>(), cv.o * sizeof(float));
+
+  // Padded, phase-split images: only the rows and phases some tap reads (a 1x1 convolution with
+  // stride 2 reads one row in two and one phase in two).
+  std::fill(padded, padded + cv.n * image_floats, 0.0f);
+  thread_local std::vector<char> read;
+  read.assign(static_cast<size_t>(cv.hp + cv.sw), 0);
+  char* row_read = read.data();
+  char* phase_read = row_read + cv.hp;
+  for (int64_t r = 0; r < cv.oh; ++r) {
+    for (int64_t i = 0; i < cv.kh; ++i) row_read[r * cv.sh + i * cv.dh] = 1;
+  }
+  for (int64_t k = 0; k < cv.kw; ++k) phase_read[k * cv.dw % cv.sw] = 1;
+  const float* xsrc = x.data_ptr<float>();
+  for (int64_t r = 0; r < cv.h; ++r) {
+    if (!row_read[r + cv.ph]) continue;
+    for (int64_t q = 0; q < cv.sw; ++q) {
+      if (!phase_read[q]) continue;
+      // Phase q holds padded columns q, q + sw, q + 2 sw, ...: input columns q - pw + idx * sw,
+      // for the idx with 0 <= column < w.
+      const int64_t first = q >= cv.pw ? 0 : (cv.pw - q + cv.sw - 1) / cv.sw;
+      const int64_t end = std::min(cv.wq, (cv.w - q + cv.pw + cv.sw - 1) / cv.sw);
+      const int64_t count = end - first, col0 = q - cv.pw + first * cv.sw;
+      if (count <= 0) continue;
+      for (int64_t plane = 0; plane < cv.n * cv.c; ++plane) {
+        const float* src = xsrc + (plane * cv.h + r) * cv.w + col0;
+        float* phase = padded + ((plane * cv.hp + r + cv.ph) * cv.sw + q) * cv.wq + first;
+        if (cv.sw == 1) {
+          std::memcpy(phase, src, count * sizeof(float));
+        } else if (cv.sw == 2) {
+          for (int64_t i = 0; i < count; ++i) phase[i] = src[2 * i];
+        } else {
+          for (int64_t i = 0; i < count; ++i) phase[i] = src[i * cv.sw];
+        }
+      }
+    }
+  }
+
+  offsets.resize(static_cast<size_t>(cv.taps + 2 * cv.vectors));
+  lanes.resize(static_cast<size_t>(cv.vectors));
+  int64_t* tap = offsets.data();
+  for (int64_t ci = 0; ci < cv.c; ++ci) {
+    for (int64_t i = 0; i < cv.kh; ++i) {
+      for (int64_t k = 0; k < cv.kw; ++k) {
+        const int64_t col = k * cv.dw;
+        tap[(ci * cv.kh + i) * cv.kw + k] = ((ci * cv.hp + i * cv.dh) * cv.sw + col % cv.sw) * cv.wq + col / cv.sw;
+      }
+    }
+  }
+  int64_t* vsrc = tap + cv.taps;
+  int64_t* vdst = vsrc + cv.vectors;
+  for (int64_t r = 0; r < cv.oh; ++r) {
+    for (int64_t q = 0; q < row_vectors; ++q) {
+      const int64_t v = r * row_vectors + q;
+      vsrc[v] = r * cv.sh * cv.sw * cv.wq + q * kLanes;
+      vdst[v] = r * cv.ow + q * kLanes;
+      lanes[v] = static_cast<int>(std::min<int64_t>(kLanes, cv.ow - q * kLanes));
+    }
+  }
+
+  at::Tensor out = at::empty({cv.n, cv.o, cv.oh, cv.ow}, x.options());
+  cv.padded = padded;
+  cv.weights = weights;
+  cv.bias = bias;
+  cv.tap = tap;
+  cv.vsrc = vsrc;
+  cv.vdst = vdst;
+  cv.vlanes = lanes.data();
+  cv.out = out.data_ptr<float>();
+  RunConv(cv);
+  // A large call's buffer is not kept for the next one.
+  if (floats.size() > (size_t{1} << 20)) std::vector<float>().swap(floats);
+  slots[s.returns[0].slots[0]] = std::move(out);
+  return true;
+}
+
+}  // namespace warden::codegen::native

@@ -1,0 +1,233 @@
+// Note [Native convolution] (runtime/native_conv.cc) through warden::compile on backend "cpp":
+// conv2d of every form the kernel takes (strides, paddings, dilations, bias or not, 1x1 to 5x5
+// and rectangular kernels, widths that are and are not a multiple of 8, channel counts that are
+// and are not a multiple of 4) against eager within a tolerance, with eager's sizes and strides;
+// NaN and infinities; the fallbacks to ATen; the models of tests/models/models.h that convolve.
+// Each test asserts whether the kernel ran.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/codegen_replay.h"
+#include "runtime/warden.h"
+#include "tests/models/models.h"
+#include "tests/test_env.h"
+
+namespace warden {
+namespace {
+
+using Args = std::vector<c10::IValue>;
+using Outputs = std::vector<at::Tensor>;
+using test_util::ScopedCacheDir;
+
+Options Cpp(const std::string& name) {
+  Options o;
+  o.name = name;
+  o.backend = "cpp";
+  return o;
+}
+
+struct ConvCase {
+  std::string name;
+  int64_t n, c, h, w, o, kh, kw;
+  std::vector<int64_t> stride, padding, dilation;
+  bool bias;
+};
+
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_EQ(got.strides(), want.strides()) << what;
+  EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-5, /*equal_nan=*/true))
+      << what << " max diff " << (got - want).abs().nan_to_num(0).max().item<float>();
+}
+
+// conv2d(x, w, b, stride, padding, dilation) with w and b captured, compiled on "cpp".
+CompiledFunction CompileConv(const ConvCase& c, const at::Tensor& w, const at::Tensor& b) {
+  const std::vector<int64_t> stride = c.stride, padding = c.padding, dilation = c.dilation;
+  return compile(
+      [w, b, stride, padding, dilation](const Args& a) -> Outputs {
+        return {at::conv2d(a[0].toTensor(), w, b, stride, padding, dilation)};
+      },
+      Cpp("conv_" + c.name));
+}
+
+// Three calls with fresh inputs of the case's shape against eager; returns the native kernel
+// calls the hits made.
+int64_t CheckAgainstEager(const ConvCase& c, const at::Tensor& w, const at::Tensor& b,
+                          const std::function<at::Tensor()>& input) {
+  ScopedCacheDir cache;
+  CompiledFunction f = CompileConv(c, w, b);
+  int64_t native = 0;
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = input();
+    const at::Tensor want = at::conv2d(x, w, b, c.stride, c.padding, c.dilation);
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    native += codegen::NativeCallsOnThisThread() - before;
+    EXPECT_EQ(got.size(), 1u);
+    if (got.size() == 1) ExpectClose(got[0], want, c.name + " call " + std::to_string(call));
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << c.name;
+  return native;
+}
+
+int64_t CheckCase(const ConvCase& c) {
+  torch::manual_seed(5);
+  const at::Tensor w = torch::randn({c.o, c.c, c.kh, c.kw});
+  const at::Tensor b = c.bias ? torch::randn({c.o}) : at::Tensor();
+  return CheckAgainstEager(c, w, b, [&c] { return torch::randn({c.n, c.c, c.h, c.w}); });
+}
+
+TEST(NativeConv, MatchesEagerForEveryForm) {
+  torch::NoGradGuard no_grad;
+  const std::vector<ConvCase> cases = {
+      {"3x3_same", 2, 3, 16, 16, 8, 3, 3, {1}, {1}, {1}, true},
+      {"3x3_valid", 2, 4, 10, 12, 5, 3, 3, {1}, {0}, {1}, false},  // 5 channels: a partial block
+      {"1x1", 3, 8, 9, 7, 16, 1, 1, {1}, {0}, {1}, true},          // width 7: one partial vector
+      {"1x1_stride2", 2, 8, 16, 16, 16, 1, 1, {2}, {0}, {1}, false},
+      {"3x3_stride2", 2, 8, 16, 16, 16, 3, 3, {2}, {1}, {1}, false},
+      {"3x3_stride2_odd", 1, 3, 15, 17, 6, 3, 3, {2}, {1}, {1}, true},
+      {"5x5_pad2", 2, 3, 20, 20, 7, 5, 5, {1}, {2}, {1}, true},
+      {"rect_kernel", 2, 2, 11, 13, 4, 2, 5, {1, 2}, {1, 0}, {1}, true},
+      {"dilation2", 1, 3, 14, 14, 4, 3, 3, {1}, {2}, {2}, true},
+      {"dilation_stride", 2, 2, 19, 23, 9, 3, 3, {3, 2}, {1, 2}, {2, 3}, false},
+      {"stride3_large_pad", 1, 2, 9, 9, 3, 3, 3, {3}, {3}, {1}, true},
+      {"wide_rows", 1, 2, 5, 40, 4, 3, 3, {1}, {1}, {1}, true},   // five vectors per row
+      {"one_pixel_out", 2, 4, 3, 3, 8, 3, 3, {1}, {0}, {1}, true},  // output 1x1
+      {"batch1_64ch", 1, 64, 8, 8, 64, 3, 3, {1}, {1}, {1}, true},
+  };
+  for (const ConvCase& c : cases) {
+    // One native call per hit: the first call is the trace, eagerly.
+    EXPECT_EQ(CheckCase(c), 2) << c.name;
+  }
+}
+
+// NaN and infinities in the input propagate as in eager.
+TEST(NativeConv, NanAndInfinity) {
+  torch::NoGradGuard no_grad;
+  const ConvCase c{"special", 2, 3, 8, 8, 4, 3, 3, {1}, {1}, {1}, true};
+  torch::manual_seed(6);
+  const at::Tensor w = torch::randn({4, 3, 3, 3}), b = torch::randn({4});
+  const int64_t native = CheckAgainstEager(c, w, b, [] {
+    at::Tensor x = torch::randn({2, 3, 8, 8});
+    x[0][0][2][2] = NAN;
+    x[1][1][5][0] = INFINITY;
+    x[1][2][7][7] = -INFINITY;
+    return x;
+  });
+  EXPECT_EQ(native, 2);
+}
+
+// Inputs and weights the kernel does not take: the ATen call runs, with eager's result.
+TEST(NativeConv, FallsBackToAtenOutsideItsForms) {
+  torch::manual_seed(7);
+  const ConvCase c{"plain", 2, 3, 8, 8, 4, 3, 3, {1}, {1}, {1}, true};
+  const at::Tensor w = torch::randn({4, 3, 3, 3}), b = torch::randn({4});
+  const auto input = [] { return torch::randn({2, 3, 8, 8}); };
+  {
+    torch::NoGradGuard no_grad;
+    // An infinite weight: a padded position would make NaN where ATen's sum is infinite.
+    at::Tensor inf_w = w.clone();
+    inf_w[1][0][0][0] = INFINITY;
+    EXPECT_EQ(CheckAgainstEager(c, inf_w, b, input), 0);
+    // f64.
+    EXPECT_EQ(CheckAgainstEager(c, w.to(at::kDouble), b.to(at::kDouble),
+                                [] { return torch::randn({2, 3, 8, 8}, at::kDouble); }),
+              0);
+    // A channels-last input: eager's output is channels-last.
+    EXPECT_EQ(CheckAgainstEager(c, w, b, [] { return torch::randn({2, 3, 8, 8}).contiguous(at::MemoryFormat::ChannelsLast); }),
+              0);
+    // A non-contiguous input.
+    EXPECT_EQ(CheckAgainstEager(c, w, b, [] { return torch::randn({2, 3, 8, 16}).slice(3, 0, 16, 2); }), 0);
+    // Beyond the kernel's limits: 256 channels times 3x3 taps.
+    const ConvCase big{"big", 1, 256, 6, 6, 8, 3, 3, {1}, {1}, {1}, false};
+    EXPECT_EQ(CheckCase(big), 0);
+  }
+  // Gradients wanted: ATen's convolution and its autograd.
+  {
+    const at::Tensor wg = w.clone().requires_grad_();
+    ScopedCacheDir cache;
+    CompiledFunction f = CompileConv(c, wg, b);
+    const at::Tensor x = input();
+    f({x});
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(got[0].requires_grad());
+    ExpectClose(got[0].detach(), at::conv2d(x, wg, b, 1, 1).detach(), "grad");
+  }
+  // Groups: ATen.
+  {
+    torch::NoGradGuard no_grad;
+    const at::Tensor wgroups = torch::randn({4, 1, 3, 3});
+    ScopedCacheDir cache;
+    CompiledFunction f = compile(
+        [wgroups](const Args& a) -> Outputs { return {at::conv2d(a[0].toTensor(), wgroups, {}, 1, 1, 1, 2)}; },
+        Cpp("groups"));
+    const at::Tensor x = torch::randn({1, 2, 6, 6});
+    f({x});
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
+    ASSERT_EQ(got.size(), 1u);
+    ExpectClose(got[0], at::conv2d(x, wgroups, {}, 1, 1, 1, 2), "groups");
+  }
+}
+
+// The weight is read at every call: an in-place update between calls is seen.
+TEST(NativeConv, ReadsTheWeightsOfEachCall) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(8);
+  const ConvCase c{"update", 1, 2, 6, 6, 3, 3, 3, {1}, {1}, {1}, true};
+  at::Tensor w = torch::randn({3, 2, 3, 3}), b = torch::randn({3});
+  ScopedCacheDir cache;
+  CompiledFunction f = CompileConv(c, w, b);
+  const at::Tensor x = torch::randn({1, 2, 6, 6});
+  f({x});
+  w.mul_(-2);
+  b.add_(1);
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  const Outputs got = f({x});
+  EXPECT_EQ(codegen::NativeCallsOnThisThread() - before, 1);
+  ASSERT_EQ(got.size(), 1u);
+  ExpectClose(got[0], at::conv2d(x, w, b, 1, 1), "after update");
+}
+
+// The convolutional models of the suite: every conv2d of a hit runs the kernel, and the model's
+// result is eager's, at batch 1 and 8.
+TEST(NativeConv, Models) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  auto resnet = models::Eval(models::ResNet(10));
+  auto cnn = models::Eval(models::ConvNet());
+  auto lenet = models::Eval(models::LeNet5());
+  struct Model {
+    std::string name;
+    std::function<at::Tensor(const at::Tensor&)> forward;
+    int64_t convs;
+  };
+  const std::vector<Model> list = {
+      {"resnet", [resnet](const at::Tensor& x) mutable { return resnet->forward(x); }, 6},
+      {"cnn", [cnn](const at::Tensor& x) mutable { return cnn->forward(x); }, 2},
+      {"lenet", [lenet](const at::Tensor& x) mutable { return lenet->forward(x); }, 2},
+  };
+  for (const Model& m : list) {
+    for (int64_t batch : {1, 8}) {
+      ScopedCacheDir cache;
+      CompiledFunction f = compile([m](const Args& a) -> Outputs { return {m.forward(a[0].toTensor())}; },
+                                   Cpp(m.name));
+      const at::Tensor x = torch::randn({batch, 1, 16, 16});
+      f({x});
+      const int64_t before = codegen::NativeCallsOnThisThread();
+      const Outputs got = f({x});
+      const int64_t native = codegen::NativeCallsOnThisThread() - before;
+      EXPECT_GE(native, m.convs) << m.name << " batch " << batch << "\n" << f.explain();
+      ASSERT_EQ(got.size(), 1u);
+      ExpectClose(got[0], m.forward(x), m.name + " batch " + std::to_string(batch));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace warden
