@@ -1,9 +1,11 @@
 // Note [Native convolution] (runtime/native_conv.cc) against eager's at::conv2d, shape by shape:
 // the convolutions of tests/models/models.h's CNN and ResNet at batch 1 and 8, and larger ones
-// around the kernel's limits (C * KH * KW <= 1152, O <= 256) that show where ATen catches up.
+// around the kernel's limits (C * KH * KW <= 576, O <= 128, 2^25 multiply-adds per call) that show
+// where ATen catches up; the last three are beyond them (their cpp rows are ATen calls).
 // Each row compiles `conv2d(x, w, b, stride, padding)` on backend "cpp" (eval, no grad), checks the
 // result against eager (allclose 1e-4 / 1e-5) and that the native kernel ran, then times it;
-// the eager row times at::conv2d itself. Threads: 1 intra-op thread unless --threads=N.
+// the eager row times at::conv2d itself. The last rows are the DCGAN generator's
+// conv_transpose2d layers (Note [Native convolution], transposed). Threads: 1 intra-op thread unless --threads=N.
 //
 //   bazel run -c opt //bench:native_conv_bench [-- --threads=2]
 #include <cstdio>
@@ -25,6 +27,8 @@ struct Shape {
   const char* name;
   int64_t n, c, h, w, o, k, stride, pad;
   bool bias;
+  bool native = true;  // within the kernel's limits (else the cpp row is the ATen call)
+  bool transposed = false;  // conv_transpose2d: weight [c, o, k, k]
 };
 
 const Shape kShapes[] = {
@@ -41,10 +45,14 @@ const Shape kShapes[] = {
     {"c32_16px", 8, 32, 16, 16, 32, 3, 1, 1, true},
     {"c16_32px", 8, 16, 32, 32, 16, 3, 1, 1, true},
     {"c64_8px_b1", 1, 64, 8, 8, 64, 3, 1, 1, true},
-    {"c32_28px", 8, 32, 28, 28, 32, 3, 1, 1, true},
-    {"c64_14px", 8, 64, 14, 14, 64, 3, 1, 1, true},
-    {"c128_7px", 8, 128, 7, 7, 128, 3, 1, 1, true},
+    {"c32_28px", 8, 32, 28, 28, 32, 3, 1, 1, true, false},
+    {"c64_14px", 8, 64, 14, 14, 64, 3, 1, 1, true, false},
+    {"c128_7px", 8, 128, 7, 7, 128, 3, 1, 1, true, false},
     {"c3_64px_5x5", 4, 3, 64, 64, 16, 5, 1, 2, true},
+    // The DCGAN generator's transposed convolutions at batch 8.
+    {"dcgan_t1", 8, 16, 1, 1, 32, 4, 1, 0, false, true, true},
+    {"dcgan_t2", 8, 32, 4, 4, 16, 4, 2, 1, false, true, true},
+    {"dcgan_t3", 8, 16, 8, 8, 1, 4, 2, 1, false, true, true},
 };
 
 struct Case {
@@ -53,29 +61,37 @@ struct Case {
   std::string error;
 };
 
+at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t stride, int64_t pad,
+                bool transposed) {
+  return transposed ? at::conv_transpose2d(x, w, b, stride, pad) : at::conv2d(x, w, b, stride, pad);
+}
+
 warden::CompiledFunction CompileConv(const Shape& s, const at::Tensor& w, const at::Tensor& b) {
   const int64_t stride = s.stride, pad = s.pad;
+  const bool transposed = s.transposed;
   warden::Options o;
   o.name = std::string("conv_") + s.name;
   o.backend = "cpp";
   return warden::compile(
-      [w, b, stride, pad](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
-        return {at::conv2d(a[0].toTensor(), w, b, stride, pad)};
+      [w, b, stride, pad, transposed](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+        return {Conv(a[0].toTensor(), w, b, stride, pad, transposed)};
       },
       o);
 }
 
 Case MakeCase(const Shape& s) {
   torch::manual_seed(0);
-  const at::Tensor x = torch::randn({s.n, s.c, s.h, s.w}), w = torch::randn({s.o, s.c, s.k, s.k}) * 0.1;
+  const at::Tensor x = torch::randn({s.n, s.c, s.h, s.w}), w = (s.transposed ? torch::randn({s.c, s.o, s.k, s.k}) : torch::randn({s.o, s.c, s.k, s.k})) * 0.1;
   const at::Tensor b = s.bias ? torch::randn({s.o}) : at::Tensor();
   Case c{x, w, b, CompileConv(s, w, b), ""};
   const int64_t stride = s.stride, pad = s.pad;
-  const at::Tensor want = at::conv2d(c.x, w, b, stride, pad);
+  const at::Tensor want = Conv(c.x, w, b, stride, pad, s.transposed);
   c.f({c.x});
   const int64_t before = warden::codegen::NativeCallsOnThisThread();
   const std::vector<at::Tensor> got = c.f({c.x});
-  if (warden::codegen::NativeCallsOnThisThread() == before) c.error = "the native kernel did not run";
+  if ((warden::codegen::NativeCallsOnThisThread() != before) != s.native) {
+    c.error = s.native ? "the native kernel did not run" : "the native kernel ran beyond its limits";
+  }
   if (got.size() != 1 || !got[0].sizes().equals(want.sizes()) || !torch::allclose(got[0], want, 1e-4, 1e-5)) {
     c.error = "warden's result differs from eager's";
   }
@@ -85,9 +101,12 @@ Case MakeCase(const Shape& s) {
 void BM_Eager(benchmark::State& state, const Shape* s) {
   torch::NoGradGuard no_grad;
   Case c = MakeCase(*s);
-  for (auto _ : state) benchmark::DoNotOptimize(at::conv2d(c.x, c.w, c.b, s->stride, s->pad));
-  state.counters["MFLOP"] = 2.0 * s->n * s->o * s->c * s->k * s->k * ((s->h + 2 * s->pad - s->k) / s->stride + 1) *
-                            ((s->w + 2 * s->pad - s->k) / s->stride + 1) / 1e6;
+  for (auto _ : state) benchmark::DoNotOptimize(Conv(c.x, c.w, c.b, s->stride, s->pad, s->transposed));
+  // A transposed convolution multiplies every input pixel by every weight.
+  state.counters["MFLOP"] = s->transposed ? 2.0 * s->n * s->h * s->w * s->c * s->o * s->k * s->k / 1e6
+                                          : 2.0 * s->n * s->o * s->c * s->k * s->k *
+                                                ((s->h + 2 * s->pad - s->k) / s->stride + 1) *
+                                                ((s->w + 2 * s->pad - s->k) / s->stride + 1) / 1e6;
 }
 
 void BM_Cpp(benchmark::State& state, const Shape* s) {

@@ -15,8 +15,8 @@
 //     tensor a plain CPU tensor; every weight finite (a padded position multiplies its weight by
 //     zero here, where ATen's direct kernels skip it: with an infinite weight that is NaN against
 //     a finite sum); no gradient wanted and none forward-mode; the thread's dispatch state as for the
-//     other native kernels; C * KH * KW <= kMaxReduction and O <= kMaxOutChannels (beyond them,
-//     oneDNN's blocked kernels win);
+//     other native kernels; C * KH * KW <= kMaxReduction, O <= kMaxOutChannels and at most
+//     kMaxWork multiply-adds in all (beyond them, oneDNN's blocked kernels win);
 //   - results: eager's sizes and strides; values within float rounding of eager's, not its bits (the
 //     products are summed in another order), like the fused kernels of backend "cpp".
 // How: each image is copied once into a zero-padded buffer whose columns are split by their
@@ -55,9 +55,15 @@
 namespace warden::codegen::native {
 namespace {
 
-// Beyond these, ATen's convolution is as fast or faster (bench/native_conv_bench.cc).
-constexpr int64_t kMaxReduction = 1152;   // C * KH * KW
-constexpr int64_t kMaxOutChannels = 256;  // O
+// Beyond these, ATen's convolution (oneDNN's blocked kernels) is as fast or faster: measured with
+// bench/native_conv_bench.cc, this kernel ran convolutions of up to ~20 million multiply-adds per
+// call at 1.0-5x eager's speed, and 3x3 ones of 32 to 128 channels with 58 million at 0.6-0.7x.
+constexpr int64_t kMaxReduction = 576;       // C * KH * KW (64 channels of 3x3)
+constexpr int64_t kMaxOutChannels = 128;     // O
+constexpr int64_t kMaxWork = int64_t{1} << 25;
+// A transposed convolution's columns, O * KH * KW (a DCGAN layer of 64 channels and 4x4 kernels
+// has 1024).
+constexpr int64_t kMaxTransposedColumns = 4096;  // multiply-adds per call: N * O * OH * OW * C * KH * KW
 // Multiply-adds per parallel task, at least (ATen's GRAIN_SIZE).
 constexpr int64_t kGrain = 32768;
 
@@ -120,6 +126,12 @@ C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb,
 }
 
 #if defined(__x86_64__)
+// The first `lanes` lanes (0..8) set.
+__attribute__((target("avx2"), always_inline)) inline __m256i LaneMask(int lanes) {
+  alignas(32) static const int32_t kMasks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMasks + kLanes - lanes));
+}
+
 // Tile with AVX2 intrinsics: the accumulators stay in registers (eight of the sixteen), each tap
 // is kTile loads, kBlock broadcasts and kBlock * kTile FMAs.
 template <int kTile>
@@ -161,9 +173,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const Co
       if (cv.vlanes[v0 + v] == kLanes) {
         _mm256_storeu_ps(dst + cv.vdst[v0 + v], acc[j][v]);
       } else {
-        float lanes[kLanes];
-        _mm256_storeu_ps(lanes, acc[j][v]);
-        std::memcpy(dst + cv.vdst[v0 + v], lanes, cv.vlanes[v0 + v] * sizeof(float));
+        _mm256_maskstore_ps(dst + cv.vdst[v0 + v], LaneMask(cv.vlanes[v0 + v]), acc[j][v]);
       }
     }
   }
@@ -237,6 +247,337 @@ bool Pair(const OpStepArg& a, int64_t* pair) {
   return true;
 }
 
+// Output sizes from the input, kernel, stride, padding and dilation; false where ATen raises.
+bool OutputSizes(Conv* cv) {
+  const int64_t span_h = cv->h + 2 * cv->ph - cv->dh * (cv->kh - 1) - 1;
+  const int64_t span_w = cv->w + 2 * cv->pw - cv->dw * (cv->kw - 1) - 1;
+  if (span_h < 0 || span_w < 0) return false;
+  cv->oh = span_h / cv->sh + 1;
+  cv->ow = span_w / cv->sw + 1;
+  return true;
+}
+
+// Multiply-adds of the convolution, in double: the product may not fit in 64 bits.
+double Work(const Conv& cv) {
+  return static_cast<double>(cv.n) * cv.o * cv.oh * cv.ow * cv.c * cv.kh * cv.kw;
+}
+
+// No gradient wanted of the step (grad mode off, or none of the tensors requires grad) and a
+// dispatch state the native kernels allow.
+bool NoGradWanted(std::initializer_list<const at::Tensor*> tensors) {
+  bool below_autograd = false;
+  if (!DispatchStateAllowsNative(&below_autograd)) return false;
+  if (!c10::GradMode::is_enabled() || below_autograd) return true;
+  for (const at::Tensor* t : tensors) {
+    if (t->defined() && t->requires_grad()) return false;
+  }
+  return true;
+}
+
+// The convolution cv describes (sizes, stride, padding, dilation and output sizes set) of x
+// [n][c][h][w] into out [n][o][oh][ow]: weight (oc, tap) at wsrc[oc * w_oc + tap * w_tap], taps in
+// (c, kh, kw) order; bsrc null or [o].
+void RunDirect(Conv* cv, const float* xsrc, const float* wsrc, int64_t w_oc, int64_t w_tap, const float* bsrc,
+               float* out) {
+  cv->taps = cv->c * cv->kh * cv->kw;
+  const int64_t blocks = (cv->o + kBlock - 1) / kBlock;
+  const int64_t row_vectors = (cv->ow + kLanes - 1) / kLanes;
+  cv->vectors = cv->oh * row_vectors;
+  cv->hp = cv->h + 2 * cv->ph;
+  // A vector of a row's last (partial) one reads up to lane 7 from the largest tap offset.
+  cv->wq = row_vectors * kLanes + (cv->kw - 1) * cv->dw / cv->sw;
+  const int64_t image_floats = cv->c * cv->hp * cv->sw * cv->wq;
+
+  thread_local std::vector<float> floats;
+  thread_local std::vector<int64_t> offsets;
+  thread_local std::vector<int> lanes;
+  const size_t need = static_cast<size_t>(blocks * kBlock * (cv->taps + 1) + cv->n * image_floats);
+  if (floats.size() < need) floats.resize(need);
+  float* weights = floats.data();
+  float* bias = weights + blocks * kBlock * cv->taps;
+  float* padded = bias + blocks * kBlock;
+
+  // Weights to [block][tap][kBlock].
+  for (int64_t oc = 0; oc < blocks * kBlock; ++oc) {
+    float* dst = weights + (oc / kBlock) * cv->taps * kBlock + oc % kBlock;
+    if (oc >= cv->o) {
+      for (int64_t t = 0; t < cv->taps; ++t) dst[t * kBlock] = 0.0f;
+      continue;
+    }
+    const float* row = wsrc + oc * w_oc;
+    for (int64_t t = 0; t < cv->taps; ++t) dst[t * kBlock] = row[t * w_tap];
+  }
+  std::fill(bias, bias + blocks * kBlock, 0.0f);
+  if (bsrc != nullptr) std::memcpy(bias, bsrc, cv->o * sizeof(float));
+
+  // Padded, phase-split images: only the rows and phases some tap reads (a 1x1 convolution with
+  // stride 2 reads one row in two and one phase in two).
+  std::fill(padded, padded + cv->n * image_floats, 0.0f);
+  thread_local std::vector<char> read;
+  read.assign(static_cast<size_t>(cv->hp + cv->sw), 0);
+  char* row_read = read.data();
+  char* phase_read = row_read + cv->hp;
+  for (int64_t r = 0; r < cv->oh; ++r) {
+    for (int64_t i = 0; i < cv->kh; ++i) row_read[r * cv->sh + i * cv->dh] = 1;
+  }
+  for (int64_t k = 0; k < cv->kw; ++k) phase_read[k * cv->dw % cv->sw] = 1;
+  for (int64_t r = 0; r < cv->h; ++r) {
+    if (!row_read[r + cv->ph]) continue;
+    for (int64_t q = 0; q < cv->sw; ++q) {
+      if (!phase_read[q]) continue;
+      // Phase q holds padded columns q, q + sw, q + 2 sw, ...: input columns q - pw + idx * sw,
+      // for the idx with 0 <= column < w.
+      const int64_t first = q >= cv->pw ? 0 : (cv->pw - q + cv->sw - 1) / cv->sw;
+      const int64_t end = std::min(cv->wq, (cv->w - q + cv->pw + cv->sw - 1) / cv->sw);
+      const int64_t count = end - first, col0 = q - cv->pw + first * cv->sw;
+      if (count <= 0) continue;
+      for (int64_t plane = 0; plane < cv->n * cv->c; ++plane) {
+        const float* src = xsrc + (plane * cv->h + r) * cv->w + col0;
+        float* phase = padded + ((plane * cv->hp + r + cv->ph) * cv->sw + q) * cv->wq + first;
+        if (cv->sw == 1) {
+          std::memcpy(phase, src, count * sizeof(float));
+        } else if (cv->sw == 2) {
+          for (int64_t i = 0; i < count; ++i) phase[i] = src[2 * i];
+        } else {
+          for (int64_t i = 0; i < count; ++i) phase[i] = src[i * cv->sw];
+        }
+      }
+    }
+  }
+
+  offsets.resize(static_cast<size_t>(cv->taps + 2 * cv->vectors));
+  lanes.resize(static_cast<size_t>(cv->vectors));
+  int64_t* tap = offsets.data();
+  for (int64_t ci = 0; ci < cv->c; ++ci) {
+    for (int64_t i = 0; i < cv->kh; ++i) {
+      for (int64_t k = 0; k < cv->kw; ++k) {
+        const int64_t col = k * cv->dw;
+        tap[(ci * cv->kh + i) * cv->kw + k] = ((ci * cv->hp + i * cv->dh) * cv->sw + col % cv->sw) * cv->wq + col / cv->sw;
+      }
+    }
+  }
+  int64_t* vsrc = tap + cv->taps;
+  int64_t* vdst = vsrc + cv->vectors;
+  for (int64_t r = 0; r < cv->oh; ++r) {
+    for (int64_t q = 0; q < row_vectors; ++q) {
+      const int64_t v = r * row_vectors + q;
+      vsrc[v] = r * cv->sh * cv->sw * cv->wq + q * kLanes;
+      vdst[v] = r * cv->ow + q * kLanes;
+      lanes[v] = static_cast<int>(std::min<int64_t>(kLanes, cv->ow - q * kLanes));
+    }
+  }
+
+  cv->padded = padded;
+  cv->weights = weights;
+  cv->bias = bias;
+  cv->tap = tap;
+  cv->vsrc = vsrc;
+  cv->vdst = vdst;
+  cv->vlanes = lanes.data();
+  cv->out = out;
+  RunConv(*cv);
+  // A large call's buffer is not kept for the next one.
+  if (floats.size() > (size_t{1} << 20)) std::vector<float>().swap(floats);
+}
+
+// A transposed convolution's products: out[n][p][m] = sum over c of x[n][c][p] * w[c][m], for
+// every input pixel p (of `pixels`) and column m = (output channel, kh, kw) (of `m`); w and out
+// rows are mp floats (m rounded up to whole vectors; w's padding is zero). Vectors run along the
+// columns (a DCGAN layer's input may be one pixel), four pixels by two vectors of accumulators.
+struct Products {
+  int64_t n, c, pixels, m, mp;
+  const float* x;  // [n][c][pixels]
+  const float* w;  // [c][mp]
+  float* out;      // [n][pixels][mp]
+};
+
+constexpr int kPixels = 4;
+
+// The same with generic vectors, for CPUs without AVX2: rows [q0, q0 + kPixels) of the flat index.
+void ProductsRowsBaseline(const Products& g, int64_t q0) {
+  const int64_t end = std::min(q0 + kPixels, g.n * g.pixels);
+  for (int64_t q = q0; q < end; ++q) {
+    const float* x = g.x + (q / g.pixels) * g.c * g.pixels + q % g.pixels;
+    float* out = g.out + q * g.mp;
+    std::fill(out, out + g.mp, 0.0f);
+    for (int64_t ic = 0; ic < g.c; ++ic) {
+      const F8 xv = Splat(x[ic * g.pixels]);
+      const float* w = g.w + ic * g.mp;
+      for (int64_t m = 0; m < g.mp; m += kLanes) {
+        const F8 sum = Load(out + m) + xv * Load(w + m);
+        std::memcpy(out + m, &sum, sizeof(sum));
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// Rows [q0, q0 + rows) of the flat (image, pixel) index q = img * pixels + p.
+template <int kTile>
+__attribute__((target("avx2,fma"), always_inline)) inline void ProductsTileAvx2(const Products& g, int64_t q0,
+                                                                                int rows, int64_t m0) {
+  __m256 acc[kPixels][kTile];
+#pragma GCC unroll 4
+  for (int j = 0; j < kPixels; ++j) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) acc[j][v] = _mm256_setzero_ps();
+  }
+  // Rows past the last one repeat it (their sums are not stored): constant indices only.
+  const float* xrow[kPixels];
+#pragma GCC unroll 4
+  for (int j = 0; j < kPixels; ++j) {
+    const int64_t q = q0 + std::min(j, rows - 1);
+    xrow[j] = g.x + (q / g.pixels) * g.c * g.pixels + q % g.pixels;
+  }
+  const float* w = g.w + m0;
+  const int64_t c = g.c, mp = g.mp, pixels = g.pixels;
+  for (int64_t ic = 0; ic < c; ++ic) {
+    __m256 wv[kTile];
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) wv[v] = _mm256_loadu_ps(w + ic * mp + v * kLanes);
+#pragma GCC unroll 4
+    for (int j = 0; j < kPixels; ++j) {
+      const __m256 xv = _mm256_broadcast_ss(xrow[j] + ic * pixels);
+#pragma GCC unroll 2
+      for (int v = 0; v < kTile; ++v) acc[j][v] = _mm256_fmadd_ps(xv, wv[v], acc[j][v]);
+    }
+  }
+  float* out = g.out + q0 * mp + m0;
+#pragma GCC unroll 4
+  for (int j = 0; j < kPixels; ++j) {
+    if (j >= rows) break;
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) _mm256_storeu_ps(out + j * mp + v * kLanes, acc[j][v]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void ProductsRowsAvx2(const Products& g, int64_t q0) {
+  const int rows = static_cast<int>(std::min<int64_t>(kPixels, g.n * g.pixels - q0));
+  int64_t m0 = 0;
+  for (; m0 + 2 * kLanes <= g.mp; m0 += 2 * kLanes) ProductsTileAvx2<2>(g, q0, rows, m0);
+  if (m0 < g.mp) ProductsTileAvx2<1>(g, q0, rows, m0);
+}
+#endif
+void RunProducts(const Products& g) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  const int64_t blocks = (g.n * g.pixels + kPixels - 1) / kPixels;
+  at::parallel_for(0, blocks, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, kPixels * g.c * g.m)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t block = begin; block < end; ++block) {
+#if defined(__x86_64__)
+                       if (avx2) {
+                         ProductsRowsAvx2(g, block * kPixels);
+                         continue;
+                       }
+#endif
+                       ProductsRowsBaseline(g, block * kPixels);
+                     }
+                   });
+}
+
+// A transposed convolution's products added at their output pixels (col2im): each input pixel's
+// (kh, kw) products, o consecutive floats, go to one output pixel of an [oh][ow][o] buffer, in
+// vectors along o; then that buffer, plus the bias, is written out as [o][oh][ow]. One image per
+// task.
+struct Scatter {
+  int64_t n, o, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, mp;
+  const float* cols;  // [n][h * w][mp], columns (kh, kw, o)
+  const float* bias;  // [o] or null
+  float* out;         // [n][o][oh][ow]
+  float* nhwc;        // [n][oh][ow][o] scratch
+};
+
+C10_ALWAYS_INLINE void AddRow(float* dst, const float* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    const F8 sum = Load(dst + i) + Load(src + i);
+    std::memcpy(dst + i, &sum, sizeof(sum));
+  }
+  for (; i < count; ++i) dst[i] += src[i];
+}
+
+// Fewer channels than a vector: plane by plane, each (kh, kw) column added along output rows.
+void ScatterPlanes(const Scatter& sc, int64_t img) {
+  const int64_t o = sc.o, plane = sc.oh * sc.ow;
+  const float* cols = sc.cols + img * sc.h * sc.w * sc.mp;
+  for (int64_t oc = 0; oc < o; ++oc) {
+    float* out = sc.out + (img * o + oc) * plane;
+    std::fill(out, out + plane, sc.bias != nullptr ? sc.bias[oc] : 0.0f);
+    for (int64_t i = 0; i < sc.kh; ++i) {
+      for (int64_t k = 0; k < sc.kw; ++k) {
+        // Output column ix * sw - pw + k * dw is inside [0, ow) for ix in [lo, hi).
+        const int64_t x0 = k * sc.dw - sc.pw;
+        const int64_t lo = x0 >= 0 ? 0 : (-x0 + sc.sw - 1) / sc.sw;
+        const int64_t hi = std::min(sc.w, x0 >= sc.ow ? 0 : (sc.ow - x0 + sc.sw - 1) / sc.sw);
+        const float* col = cols + (i * sc.kw + k) * o + oc;
+        for (int64_t iy = 0; iy < sc.h; ++iy) {
+          const int64_t y = iy * sc.sh - sc.ph + i * sc.dh;
+          if (y < 0 || y >= sc.oh) continue;
+          float* row = out + y * sc.ow;
+          const float* src = col + iy * sc.w * sc.mp;
+          for (int64_t ix = lo; ix < hi; ++ix) row[x0 + ix * sc.sw] += src[ix * sc.mp];
+        }
+      }
+    }
+  }
+}
+
+C10_ALWAYS_INLINE void ScatterImageBody(const Scatter& sc, int64_t img) {
+  const int64_t o = sc.o, plane = sc.oh * sc.ow;
+  if (o < kLanes) {
+    ScatterPlanes(sc, img);
+    return;
+  }
+  float* nhwc = sc.nhwc + img * plane * o;
+  std::fill(nhwc, nhwc + plane * o, 0.0f);
+  const float* cols = sc.cols + img * sc.h * sc.w * sc.mp;
+  for (int64_t iy = 0; iy < sc.h; ++iy) {
+    for (int64_t i = 0; i < sc.kh; ++i) {
+      const int64_t y = iy * sc.sh - sc.ph + i * sc.dh;
+      if (y < 0 || y >= sc.oh) continue;
+      for (int64_t ix = 0; ix < sc.w; ++ix) {
+        const float* src = cols + (iy * sc.w + ix) * sc.mp + i * sc.kw * o;
+        for (int64_t k = 0; k < sc.kw; ++k) {
+          const int64_t x = ix * sc.sw - sc.pw + k * sc.dw;
+          if (x < 0 || x >= sc.ow) continue;
+          AddRow(nhwc + (y * sc.ow + x) * o, src + k * o, o);
+        }
+      }
+    }
+  }
+  float* out = sc.out + img * o * plane;
+  for (int64_t oc = 0; oc < o; ++oc) {
+    const float b = sc.bias != nullptr ? sc.bias[oc] : 0.0f;
+    float* dst = out + oc * plane;
+    for (int64_t q = 0; q < plane; ++q) dst[q] = nhwc[q * o + oc] + b;
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void ScatterImageAvx2(const Scatter& sc, int64_t img) { ScatterImageBody(sc, img); }
+#endif
+void ScatterImageBaseline(const Scatter& sc, int64_t img) { ScatterImageBody(sc, img); }
+
+void RunScatter(const Scatter& sc) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  at::parallel_for(0, sc.n, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, sc.h * sc.w * sc.kh * sc.kw * sc.o)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t img = begin; img < end; ++img) {
+#if defined(__x86_64__)
+                       if (avx2) {
+                         ScatterImageAvx2(sc, img);
+                         continue;
+                       }
+#endif
+                       ScatterImageBaseline(sc, img);
+                     }
+                   });
+}
+
 }  // namespace
 
 // conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation,
@@ -285,124 +626,105 @@ bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   if (cv.n <= 0 || cv.c <= 0 || cv.h <= 0 || cv.w <= 0 || cv.o <= 0 || cv.kh <= 0 || cv.kw <= 0) return false;
   if (w.size(1) != cv.c || (b.defined() && b.size(0) != cv.o)) return false;
   if (cv.o > kMaxOutChannels || cv.c * cv.kh * cv.kw > kMaxReduction) return false;
-  const int64_t span_h = cv.h + 2 * cv.ph - cv.dh * (cv.kh - 1) - 1;
-  const int64_t span_w = cv.w + 2 * cv.pw - cv.dw * (cv.kw - 1) - 1;
-  if (span_h < 0 || span_w < 0) return false;  // ATen raises
-  cv.oh = span_h / cv.sh + 1;
-  cv.ow = span_w / cv.sw + 1;
-  bool below_autograd = false;
-  if (!DispatchStateAllowsNative(&below_autograd)) return false;
-  const bool grad = c10::GradMode::is_enabled() && !below_autograd;
-  if (grad && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()))) return false;
-
-  cv.taps = cv.c * cv.kh * cv.kw;
-  const int64_t blocks = (cv.o + kBlock - 1) / kBlock;
-  const int64_t row_vectors = (cv.ow + kLanes - 1) / kLanes;
-  cv.vectors = cv.oh * row_vectors;
-  cv.hp = cv.h + 2 * cv.ph;
-  // A vector of a row's last (partial) one reads up to lane 7 from the largest tap offset.
-  cv.wq = row_vectors * kLanes + (cv.kw - 1) * cv.dw / cv.sw;
-  const int64_t image_floats = cv.c * cv.hp * cv.sw * cv.wq;
-
-  thread_local std::vector<float> floats;
-  thread_local std::vector<int64_t> offsets;
-  thread_local std::vector<int> lanes;
-  const size_t need = static_cast<size_t>(blocks * kBlock * (cv.taps + 1) + cv.n * image_floats);
-  if (floats.size() < need) floats.resize(need);
-  float* weights = floats.data();
-  float* bias = weights + blocks * kBlock * cv.taps;
-  float* padded = bias + blocks * kBlock;
-
-  // Weights to [block][tap][kBlock], refusing non-finite ones before anything is written.
+  if (!OutputSizes(&cv)) return false;  // ATen raises
+  if (Work(cv) > static_cast<double>(kMaxWork)) return false;
+  if (!NoGradWanted({&x, &w, &b})) return false;
+  // A padded position multiplies its weight by zero: refuse non-finite weights.
   const float* wsrc = w.data_ptr<float>();
   bool finite = true;
-  for (int64_t oc = 0; oc < blocks * kBlock; ++oc) {
-    float* dst = weights + (oc / kBlock) * cv.taps * kBlock + oc % kBlock;
-    if (oc >= cv.o) {
-      for (int64_t t = 0; t < cv.taps; ++t) dst[t * kBlock] = 0.0f;
-      continue;
-    }
-    const float* row = wsrc + oc * cv.taps;
-    for (int64_t t = 0; t < cv.taps; ++t) {
-      finite &= std::isfinite(row[t]);
-      dst[t * kBlock] = row[t];
-    }
-  }
+  for (int64_t i = 0, n = w.numel(); i < n; ++i) finite &= std::isfinite(wsrc[i]);
   if (!finite) return false;
   CountCall();
-  std::fill(bias, bias + blocks * kBlock, 0.0f);
-  if (b.defined()) std::memcpy(bias, b.data_ptr<float>(), cv.o * sizeof(float));
-
-  // Padded, phase-split images: only the rows and phases some tap reads (a 1x1 convolution with
-  // stride 2 reads one row in two and one phase in two).
-  std::fill(padded, padded + cv.n * image_floats, 0.0f);
-  thread_local std::vector<char> read;
-  read.assign(static_cast<size_t>(cv.hp + cv.sw), 0);
-  char* row_read = read.data();
-  char* phase_read = row_read + cv.hp;
-  for (int64_t r = 0; r < cv.oh; ++r) {
-    for (int64_t i = 0; i < cv.kh; ++i) row_read[r * cv.sh + i * cv.dh] = 1;
-  }
-  for (int64_t k = 0; k < cv.kw; ++k) phase_read[k * cv.dw % cv.sw] = 1;
-  const float* xsrc = x.data_ptr<float>();
-  for (int64_t r = 0; r < cv.h; ++r) {
-    if (!row_read[r + cv.ph]) continue;
-    for (int64_t q = 0; q < cv.sw; ++q) {
-      if (!phase_read[q]) continue;
-      // Phase q holds padded columns q, q + sw, q + 2 sw, ...: input columns q - pw + idx * sw,
-      // for the idx with 0 <= column < w.
-      const int64_t first = q >= cv.pw ? 0 : (cv.pw - q + cv.sw - 1) / cv.sw;
-      const int64_t end = std::min(cv.wq, (cv.w - q + cv.pw + cv.sw - 1) / cv.sw);
-      const int64_t count = end - first, col0 = q - cv.pw + first * cv.sw;
-      if (count <= 0) continue;
-      for (int64_t plane = 0; plane < cv.n * cv.c; ++plane) {
-        const float* src = xsrc + (plane * cv.h + r) * cv.w + col0;
-        float* phase = padded + ((plane * cv.hp + r + cv.ph) * cv.sw + q) * cv.wq + first;
-        if (cv.sw == 1) {
-          std::memcpy(phase, src, count * sizeof(float));
-        } else if (cv.sw == 2) {
-          for (int64_t i = 0; i < count; ++i) phase[i] = src[2 * i];
-        } else {
-          for (int64_t i = 0; i < count; ++i) phase[i] = src[i * cv.sw];
-        }
-      }
-    }
-  }
-
-  offsets.resize(static_cast<size_t>(cv.taps + 2 * cv.vectors));
-  lanes.resize(static_cast<size_t>(cv.vectors));
-  int64_t* tap = offsets.data();
-  for (int64_t ci = 0; ci < cv.c; ++ci) {
-    for (int64_t i = 0; i < cv.kh; ++i) {
-      for (int64_t k = 0; k < cv.kw; ++k) {
-        const int64_t col = k * cv.dw;
-        tap[(ci * cv.kh + i) * cv.kw + k] = ((ci * cv.hp + i * cv.dh) * cv.sw + col % cv.sw) * cv.wq + col / cv.sw;
-      }
-    }
-  }
-  int64_t* vsrc = tap + cv.taps;
-  int64_t* vdst = vsrc + cv.vectors;
-  for (int64_t r = 0; r < cv.oh; ++r) {
-    for (int64_t q = 0; q < row_vectors; ++q) {
-      const int64_t v = r * row_vectors + q;
-      vsrc[v] = r * cv.sh * cv.sw * cv.wq + q * kLanes;
-      vdst[v] = r * cv.ow + q * kLanes;
-      lanes[v] = static_cast<int>(std::min<int64_t>(kLanes, cv.ow - q * kLanes));
-    }
-  }
-
   at::Tensor out = at::empty({cv.n, cv.o, cv.oh, cv.ow}, x.options());
-  cv.padded = padded;
-  cv.weights = weights;
-  cv.bias = bias;
-  cv.tap = tap;
-  cv.vsrc = vsrc;
-  cv.vdst = vdst;
-  cv.vlanes = lanes.data();
-  cv.out = out.data_ptr<float>();
-  RunConv(cv);
-  // A large call's buffer is not kept for the next one.
-  if (floats.size() > (size_t{1} << 20)) std::vector<float>().swap(floats);
+  RunDirect(&cv, x.data_ptr<float>(), wsrc, cv.c * cv.kh * cv.kw, 1, b.defined() ? b.data_ptr<float>() : nullptr,
+            out.data_ptr<float>());
+  slots[s.returns[0].slots[0]] = std::move(out);
+  return true;
+}
+
+// conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding,
+// int[2] output_padding, int groups, int[2] dilation) into native_params: sh, sw, ph, pw, oph, opw,
+// dh, dw.
+bool ConvTranspose2dParams(const OpStep& s, std::vector<int64_t>* params) {
+  if (s.args.size() != 8 || s.args[0].kind != OpStepArg::Kind::kSlot || !TensorArg(s.args[1], false) ||
+      !TensorArg(s.args[2], true)) {
+    return false;
+  }
+  int64_t stride[2], padding[2], output_padding[2], dilation[2];
+  if (!Pair(s.args[3], stride) || !Pair(s.args[4], padding) || !Pair(s.args[5], output_padding) ||
+      !Pair(s.args[7], dilation)) {
+    return false;
+  }
+  const OpStepArg& groups = s.args[6];
+  if (groups.kind != OpStepArg::Kind::kConstant || !groups.constant.isInt() || groups.constant.toInt() != 1) {
+    return false;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0 || output_padding[i] < 0) return false;
+    if (stride[i] > 64 || dilation[i] > 64 || padding[i] > 1024) return false;
+    // ATen: "output padding must be smaller than either stride or dilation".
+    if (output_padding[i] >= stride[i] && output_padding[i] >= dilation[i]) return false;
+  }
+  *params = {stride[0],         stride[1],         padding[0],  padding[1],
+             output_padding[0], output_padding[1], dilation[0], dilation[1]};
+  return true;
+}
+
+bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  const c10::IValue& xv = slots[s.args[0].slot];
+  if (!xv.isTensor()) return false;
+  const at::Tensor& x = xv.toTensor();
+  const at::Tensor w = ArgTensor(s.args[1], slots);
+  const at::Tensor b = ArgTensor(s.args[2], slots);
+  if (!Dense(x, 4) || !Dense(w, 4) || (b.defined() && !Dense(b, 1))) return false;
+  Products g;
+  g.n = x.size(0);
+  g.c = x.size(1);
+  const int64_t h = x.size(2), wd = x.size(3);
+  const int64_t o = w.size(1), kh = w.size(2), kw = w.size(3);
+  if (g.n <= 0 || g.c <= 0 || h <= 0 || wd <= 0 || o <= 0 || kh <= 0 || kw <= 0 || w.size(0) != g.c) return false;
+  if (b.defined() && b.size(0) != o) return false;
+  const std::vector<int64_t>& p = s.native_params;
+  const int64_t sh = p[0], sw = p[1], ph = p[2], pw = p[3], dh = p[6], dw = p[7];
+  const int64_t oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + p[4] + 1;
+  const int64_t ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + p[5] + 1;
+  if (oh <= 0 || ow <= 0) return false;  // ATen raises
+  g.m = o * kh * kw;
+  g.pixels = h * wd;
+  if (g.c > kMaxReduction || g.m > kMaxTransposedColumns) return false;
+  if (static_cast<double>(g.n) * g.pixels * g.c * g.m > static_cast<double>(kMaxWork)) return false;
+  if (!NoGradWanted({&x, &w, &b})) return false;
+  CountCall();
+  g.mp = (g.m + kLanes - 1) / kLanes * kLanes;
+  thread_local std::vector<float> buffer;
+  const size_t need = static_cast<size_t>(g.c * g.mp + g.n * g.pixels * g.mp);
+  if (buffer.size() < need) buffer.resize(need);
+  // The weight as [c][mp] with columns in (kh, kw, o) order (an output pixel's channels are then
+  // consecutive), each row zero-padded to whole vectors.
+  float* wp = buffer.data();
+  const float* wsrc = w.data_ptr<float>();
+  const int64_t taps = kh * kw;
+  for (int64_t ic = 0; ic < g.c; ++ic) {
+    float* row = wp + ic * g.mp;
+    const float* src = wsrc + ic * g.m;  // [o][taps]
+    for (int64_t oc = 0; oc < o; ++oc) {
+      for (int64_t t = 0; t < taps; ++t) row[t * o + oc] = src[oc * taps + t];
+    }
+    std::fill(row + g.m, row + g.mp, 0.0f);
+  }
+  g.x = x.data_ptr<float>();
+  g.w = wp;
+  g.out = wp + g.c * g.mp;
+  RunProducts(g);
+  at::Tensor out = at::empty({g.n, o, oh, ow}, x.options());
+  Scatter sc{g.n, o, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, g.mp, g.out,
+             b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>()};
+  thread_local std::vector<float> pixels_major;
+  if (pixels_major.size() < static_cast<size_t>(g.n * oh * ow * o)) pixels_major.resize(g.n * oh * ow * o);
+  sc.nhwc = pixels_major.data();
+  RunScatter(sc);
+  if (pixels_major.size() > (size_t{1} << 20)) std::vector<float>().swap(pixels_major);
+  if (buffer.size() > (size_t{1} << 20)) std::vector<float>().swap(buffer);
   slots[s.returns[0].slots[0]] = std::move(out);
   return true;
 }

@@ -535,6 +535,7 @@ constexpr NativeOp kNativeOps[] = {
     {"aten::avg_pool2d", 1, &AvgPoolParams, &NativeAvgPool2d},
     {"aten::lstm.input", 3, &native::LstmParams, &native::NativeLstm},
     {"aten::conv2d", 1, &native::Conv2dParams, &native::NativeConv2d},
+    {"aten::conv_transpose2d.input", 1, &native::ConvTranspose2dParams, &native::NativeConvTranspose2d},
 };
 
 const NativeOp* NativeOpOf(const std::string& op) {

@@ -30,9 +30,11 @@ void CountCall();
 bool LstmParams(const OpStep& s, std::vector<int64_t>* params);
 bool NativeLstm(const OpStep& s, std::vector<c10::IValue>& slots);
 
-// Note [Native convolution] (runtime/native_conv.cc): aten::conv2d.
+// Note [Native convolution] (runtime/native_conv.cc): aten::conv2d and aten::conv_transpose2d.input.
 bool Conv2dParams(const OpStep& s, std::vector<int64_t>* params);
 bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots);
+bool ConvTranspose2dParams(const OpStep& s, std::vector<int64_t>* params);
+bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots);
 
 }  // namespace warden::codegen::native
 

@@ -4,6 +4,9 @@
 // and are not a multiple of 4) against eager within a tolerance, with eager's sizes and strides;
 // NaN and infinities; the fallbacks to ATen; the models of tests/models/models.h that convolve.
 // Each test asserts whether the kernel ran.
+#include <cmath>
+#include <functional>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,7 +76,9 @@ int64_t CheckAgainstEager(const ConvCase& c, const at::Tensor& w, const at::Tens
 
 int64_t CheckCase(const ConvCase& c) {
   torch::manual_seed(5);
-  const at::Tensor w = torch::randn({c.o, c.c, c.kh, c.kw});
+  // Scaled as nn::Conv2d initializes them, so that the outputs are O(1) whatever the tap count
+  // and the tolerance stays meaningful.
+  const at::Tensor w = torch::randn({c.o, c.c, c.kh, c.kw}) / std::sqrt(static_cast<double>(c.c * c.kh * c.kw));
   const at::Tensor b = c.bias ? torch::randn({c.o}) : at::Tensor();
   return CheckAgainstEager(c, w, b, [&c] { return torch::randn({c.n, c.c, c.h, c.w}); });
 }
@@ -139,9 +144,12 @@ TEST(NativeConv, FallsBackToAtenOutsideItsForms) {
               0);
     // A non-contiguous input.
     EXPECT_EQ(CheckAgainstEager(c, w, b, [] { return torch::randn({2, 3, 8, 16}).slice(3, 0, 16, 2); }), 0);
-    // Beyond the kernel's limits: 256 channels times 3x3 taps.
-    const ConvCase big{"big", 1, 256, 6, 6, 8, 3, 3, {1}, {1}, {1}, false};
-    EXPECT_EQ(CheckCase(big), 0);
+    // Beyond the kernel's limits: 128 channels times 3x3 taps; 129 output channels; 2^25
+    // multiply-adds (8 * 16 * 64 * 64 * 16 * 9 = 75 million).
+    EXPECT_EQ(CheckCase({"taps", 1, 128, 6, 6, 8, 3, 3, {1}, {1}, {1}, false}), 0);
+    EXPECT_EQ(CheckCase({"out_channels", 1, 4, 6, 6, 129, 3, 3, {1}, {1}, {1}, false}), 0);
+    EXPECT_EQ(CheckCase({"work", 8, 16, 64, 64, 16, 3, 3, {1}, {1}, {1}, false}), 0);
+    EXPECT_EQ(CheckCase({"under_limits", 1, 64, 8, 8, 128, 3, 3, {1}, {1}, {1}, true}), 2);
   }
   // Gradients wanted: ATen's convolution and its autograd.
   {
@@ -194,7 +202,103 @@ TEST(NativeConv, ReadsTheWeightsOfEachCall) {
   ExpectClose(got[0], at::conv2d(x, w, b, 1, 1), "after update");
 }
 
-// The convolutional models of the suite: every conv2d of a hit runs the kernel, and the model's
+struct TransposedCase {
+  std::string name;
+  int64_t n, c, h, w, o, kh, kw;
+  std::vector<int64_t> stride, padding, output_padding, dilation;
+  bool bias;
+};
+
+// conv_transpose2d with captured weight and bias on "cpp": three calls against eager; returns the
+// native kernel calls the hits made.
+int64_t CheckTransposed(const TransposedCase& c, at::ScalarType dtype = at::kFloat, bool special = false) {
+  torch::manual_seed(10);
+  const auto opts = torch::TensorOptions().dtype(dtype);
+  const at::Tensor w = torch::randn({c.c, c.o, c.kh, c.kw}, opts) / std::sqrt(static_cast<double>(c.c * c.kh * c.kw));
+  const at::Tensor b = c.bias ? torch::randn({c.o}, opts) : at::Tensor();
+  const auto run = [w, b, c](const at::Tensor& x) {
+    return at::conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, 1, c.dilation);
+  };
+  ScopedCacheDir cache;
+  CompiledFunction f = compile([run](const Args& a) -> Outputs { return {run(a[0].toTensor())}; },
+                               Cpp("convt_" + c.name));
+  int64_t native = 0;
+  for (int call = 0; call < 3; ++call) {
+    at::Tensor x = torch::randn({c.n, c.c, c.h, c.w}, opts);
+    if (special) {
+      x[0][0][0][0] = NAN;
+      x[c.n - 1][c.c - 1][c.h - 1][c.w - 1] = INFINITY;
+    }
+    const at::Tensor want = run(x);
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    native += codegen::NativeCallsOnThisThread() - before;
+    EXPECT_EQ(got.size(), 1u);
+    if (got.size() == 1) ExpectClose(got[0], want, c.name + " call " + std::to_string(call));
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << c.name;
+  return native;
+}
+
+TEST(NativeConvTranspose, MatchesEagerForEveryForm) {
+  torch::NoGradGuard no_grad;
+  const std::vector<TransposedCase> cases = {
+      {"dcgan1", 8, 16, 1, 1, 32, 4, 4, {1}, {0}, {0}, {1}, false},
+      {"dcgan2", 8, 32, 4, 4, 16, 4, 4, {2}, {1}, {0}, {1}, false},
+      {"dcgan3", 1, 16, 8, 8, 1, 4, 4, {2}, {1}, {0}, {1}, true},
+      {"3x3_same", 2, 5, 7, 9, 3, 3, 3, {1}, {1}, {0}, {1}, true},
+      {"stride2_out_pad", 2, 4, 5, 6, 6, 3, 3, {2}, {1}, {1}, {1}, true},
+      {"stride3_rect", 1, 3, 4, 5, 2, 2, 5, {3, 2}, {0, 2}, {2, 1}, {1}, false},
+      {"dilation", 2, 3, 6, 6, 4, 3, 3, {1}, {2}, {0}, {2}, true},
+      {"dilation_out_pad", 1, 2, 5, 7, 3, 2, 3, {1, 2}, {0, 1}, {1, 0}, {2, 3}, true},
+      {"wide", 1, 2, 3, 30, 5, 4, 4, {2}, {1}, {0}, {1}, true},
+      {"1x1", 3, 8, 5, 5, 7, 1, 1, {1}, {0}, {0}, {1}, true},
+  };
+  for (const TransposedCase& c : cases) EXPECT_EQ(CheckTransposed(c), 2) << c.name;
+}
+
+TEST(NativeConvTranspose, NanAndInfinity) {
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(CheckTransposed({"special", 2, 3, 5, 5, 4, 4, 4, {2}, {1}, {0}, {1}, true}, at::kFloat, true), 2);
+}
+
+TEST(NativeConvTranspose, FallsBackToAtenOutsideItsForms) {
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(CheckTransposed({"f64", 2, 3, 5, 5, 4, 4, 4, {2}, {1}, {0}, {1}, true}, at::kDouble), 0);
+    // 65 * 8 * 8 columns > 4096.
+    EXPECT_EQ(CheckTransposed({"columns", 1, 2, 3, 3, 65, 8, 8, {1}, {0}, {0}, {1}, false}), 0);
+  }
+  // Gradients wanted.
+  {
+    torch::manual_seed(12);
+    const at::Tensor w = torch::randn({3, 4, 3, 3}).requires_grad_();
+    ScopedCacheDir cache;
+    CompiledFunction f = compile(
+        [w](const Args& a) -> Outputs { return {at::conv_transpose2d(a[0].toTensor(), w, {}, 2, 1)}; }, Cpp("grad"));
+    const at::Tensor x = torch::randn({1, 3, 4, 4});
+    f({x});
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(got[0].requires_grad());
+    ExpectClose(got[0].detach(), at::conv_transpose2d(x, w, {}, 2, 1).detach(), "grad");
+  }
+  // An output padding ATen rejects: ATen's error, from the replayed call as from eager.
+  {
+    torch::NoGradGuard no_grad;
+    const at::Tensor w = torch::randn({3, 4, 3, 3});
+    ScopedCacheDir cache;
+    CompiledFunction f = compile(
+        [w](const Args& a) -> Outputs { return {at::conv_transpose2d(a[0].toTensor(), w, {}, 1, 0, 1)}; },
+        Cpp("bad_output_padding"));
+    EXPECT_THROW(at::conv_transpose2d(torch::randn({1, 3, 4, 4}), w, {}, 1, 0, 1), c10::Error);
+    EXPECT_ANY_THROW(f({torch::randn({1, 3, 4, 4})}));
+  }
+}
+
+// The convolutional models of the suite: every conv2d / conv_transpose2d of a hit runs the kernel, and the model's
 // result is eager's, at batch 1 and 8.
 TEST(NativeConv, Models) {
   torch::NoGradGuard no_grad;
@@ -202,22 +306,26 @@ TEST(NativeConv, Models) {
   auto resnet = models::Eval(models::ResNet(10));
   auto cnn = models::Eval(models::ConvNet());
   auto lenet = models::Eval(models::LeNet5());
+  auto dcgan = models::Eval(models::DcganGenerator());
   struct Model {
     std::string name;
     std::function<at::Tensor(const at::Tensor&)> forward;
     int64_t convs;
+    std::shared_ptr<torch::nn::Module> module;
   };
   const std::vector<Model> list = {
-      {"resnet", [resnet](const at::Tensor& x) mutable { return resnet->forward(x); }, 6},
-      {"cnn", [cnn](const at::Tensor& x) mutable { return cnn->forward(x); }, 2},
-      {"lenet", [lenet](const at::Tensor& x) mutable { return lenet->forward(x); }, 2},
+      {"resnet", [resnet](const at::Tensor& x) mutable { return resnet->forward(x); }, 6, resnet.ptr()},
+      {"cnn", [cnn](const at::Tensor& x) mutable { return cnn->forward(x); }, 2, cnn.ptr()},
+      {"lenet", [lenet](const at::Tensor& x) mutable { return lenet->forward(x); }, 2, lenet.ptr()},
+      {"dcgan", [dcgan](const at::Tensor& x) mutable { return dcgan->forward(x); }, 3, dcgan.ptr()},
   };
   for (const Model& m : list) {
     for (int64_t batch : {1, 8}) {
       ScopedCacheDir cache;
       CompiledFunction f = compile([m](const Args& a) -> Outputs { return {m.forward(a[0].toTensor())}; },
                                    Cpp(m.name));
-      const at::Tensor x = torch::randn({batch, 1, 16, 16});
+      f.watch(*m.module, m.name);
+      const at::Tensor x = m.name == "dcgan" ? torch::randn({batch, 16, 1, 1}) : torch::randn({batch, 1, 16, 16});
       f({x});
       const int64_t before = codegen::NativeCallsOnThisThread();
       const Outputs got = f({x});
