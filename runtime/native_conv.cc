@@ -578,6 +578,29 @@ void RunScatter(const Scatter& sc) {
                    });
 }
 
+// The step's input, weight and optional bias, each a dense float32 tensor of its rank.
+bool Operands(const OpStep& s, const std::vector<c10::IValue>& slots, at::Tensor* x, at::Tensor* w, at::Tensor* b) {
+  const c10::IValue& xv = slots[s.args[0].slot];
+  if (!xv.isTensor()) return false;
+  *x = xv.toTensor();
+  *w = ArgTensor(s.args[1], slots);
+  *b = ArgTensor(s.args[2], slots);
+  return Dense(*x, 4) && Dense(*w, 4) && (!b->defined() || Dense(*b, 1));
+}
+
+// Positive stride and dilation, non-negative padding, none absurdly large.
+bool Geometry(const int64_t* stride, const int64_t* padding, const int64_t* dilation) {
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return false;
+    if (stride[i] > 64 || dilation[i] > 64 || padding[i] > 1024) return false;
+  }
+  return true;
+}
+
+bool OneGroup(const OpStepArg& groups) {
+  return groups.kind == OpStepArg::Kind::kConstant && groups.constant.isInt() && groups.constant.toInt() == 1;
+}
+
 }  // namespace
 
 // conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation,
@@ -589,25 +612,15 @@ bool Conv2dParams(const OpStep& s, std::vector<int64_t>* params) {
   }
   int64_t stride[2], padding[2], dilation[2];
   if (!Pair(s.args[3], stride) || !Pair(s.args[4], padding) || !Pair(s.args[5], dilation)) return false;
-  const OpStepArg& groups = s.args[6];
-  if (groups.kind != OpStepArg::Kind::kConstant || !groups.constant.isInt() || groups.constant.toInt() != 1) {
-    return false;
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return false;
-    if (stride[i] > 64 || dilation[i] > 64 || padding[i] > 1024) return false;
-  }
+  if (!OneGroup(s.args[6])) return false;
+  if (!Geometry(stride, padding, dilation)) return false;
   *params = {stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
   return true;
 }
 
 bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
-  const c10::IValue& xv = slots[s.args[0].slot];
-  if (!xv.isTensor()) return false;
-  const at::Tensor& x = xv.toTensor();
-  const at::Tensor w = ArgTensor(s.args[1], slots);
-  const at::Tensor b = ArgTensor(s.args[2], slots);
-  if (!Dense(x, 4) || !Dense(w, 4) || (b.defined() && !Dense(b, 1))) return false;
+  at::Tensor x, w, b;
+  if (!Operands(s, slots, &x, &w, &b)) return false;
   Conv cv;
   cv.n = x.size(0);
   cv.c = x.size(1);
@@ -655,13 +668,10 @@ bool ConvTranspose2dParams(const OpStep& s, std::vector<int64_t>* params) {
       !Pair(s.args[7], dilation)) {
     return false;
   }
-  const OpStepArg& groups = s.args[6];
-  if (groups.kind != OpStepArg::Kind::kConstant || !groups.constant.isInt() || groups.constant.toInt() != 1) {
-    return false;
-  }
+  if (!OneGroup(s.args[6])) return false;
+  if (!Geometry(stride, padding, dilation)) return false;
   for (int i = 0; i < 2; ++i) {
-    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0 || output_padding[i] < 0) return false;
-    if (stride[i] > 64 || dilation[i] > 64 || padding[i] > 1024) return false;
+    if (output_padding[i] < 0) return false;
     // ATen: "output padding must be smaller than either stride or dilation".
     if (output_padding[i] >= stride[i] && output_padding[i] >= dilation[i]) return false;
   }
@@ -671,12 +681,8 @@ bool ConvTranspose2dParams(const OpStep& s, std::vector<int64_t>* params) {
 }
 
 bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
-  const c10::IValue& xv = slots[s.args[0].slot];
-  if (!xv.isTensor()) return false;
-  const at::Tensor& x = xv.toTensor();
-  const at::Tensor w = ArgTensor(s.args[1], slots);
-  const at::Tensor b = ArgTensor(s.args[2], slots);
-  if (!Dense(x, 4) || !Dense(w, 4) || (b.defined() && !Dense(b, 1))) return false;
+  at::Tensor x, w, b;
+  if (!Operands(s, slots, &x, &w, &b)) return false;
   Products g;
   g.n = x.size(0);
   g.c = x.size(1);

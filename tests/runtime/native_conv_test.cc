@@ -54,24 +54,32 @@ CompiledFunction CompileConv(const ConvCase& c, const at::Tensor& w, const at::T
       Cpp("conv_" + c.name));
 }
 
-// Three calls with fresh inputs of the case's shape against eager; returns the native kernel
-// calls the hits made.
-int64_t CheckAgainstEager(const ConvCase& c, const at::Tensor& w, const at::Tensor& b,
-                          const std::function<at::Tensor()>& input) {
+// Compiles `run` (one tensor in, one out) on "cpp" and calls it three times with fresh inputs
+// against eager; returns the native kernel calls the hits made.
+int64_t ThreeCalls(const std::string& name, const std::function<at::Tensor(const at::Tensor&)>& run,
+                   const std::function<at::Tensor()>& input) {
   ScopedCacheDir cache;
-  CompiledFunction f = CompileConv(c, w, b);
+  CompiledFunction f = compile([run](const Args& a) -> Outputs { return {run(a[0].toTensor())}; }, Cpp(name));
   int64_t native = 0;
   for (int call = 0; call < 3; ++call) {
     const at::Tensor x = input();
-    const at::Tensor want = at::conv2d(x, w, b, c.stride, c.padding, c.dilation);
+    const at::Tensor want = run(x);
     const int64_t before = codegen::NativeCallsOnThisThread();
     const Outputs got = f({x});
     native += codegen::NativeCallsOnThisThread() - before;
     EXPECT_EQ(got.size(), 1u);
-    if (got.size() == 1) ExpectClose(got[0], want, c.name + " call " + std::to_string(call));
+    if (got.size() == 1) ExpectClose(got[0], want, name + " call " + std::to_string(call));
   }
-  EXPECT_EQ(f.stats().compiles, 1) << c.name;
+  EXPECT_EQ(f.stats().compiles, 1) << name;
   return native;
+}
+
+// The case's conv2d with weight w and bias b, three calls against eager.
+int64_t CheckAgainstEager(const ConvCase& c, const at::Tensor& w, const at::Tensor& b,
+                          const std::function<at::Tensor()>& input) {
+  return ThreeCalls(
+      "conv_" + c.name, [w, b, c](const at::Tensor& x) { return at::conv2d(x, w, b, c.stride, c.padding, c.dilation); },
+      input);
 }
 
 int64_t CheckCase(const ConvCase& c) {
@@ -216,28 +224,19 @@ int64_t CheckTransposed(const TransposedCase& c, at::ScalarType dtype = at::kFlo
   const auto opts = torch::TensorOptions().dtype(dtype);
   const at::Tensor w = torch::randn({c.c, c.o, c.kh, c.kw}, opts) / std::sqrt(static_cast<double>(c.c * c.kh * c.kw));
   const at::Tensor b = c.bias ? torch::randn({c.o}, opts) : at::Tensor();
-  const auto run = [w, b, c](const at::Tensor& x) {
-    return at::conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, 1, c.dilation);
-  };
-  ScopedCacheDir cache;
-  CompiledFunction f = compile([run](const Args& a) -> Outputs { return {run(a[0].toTensor())}; },
-                               Cpp("convt_" + c.name));
-  int64_t native = 0;
-  for (int call = 0; call < 3; ++call) {
-    at::Tensor x = torch::randn({c.n, c.c, c.h, c.w}, opts);
-    if (special) {
-      x[0][0][0][0] = NAN;
-      x[c.n - 1][c.c - 1][c.h - 1][c.w - 1] = INFINITY;
-    }
-    const at::Tensor want = run(x);
-    const int64_t before = codegen::NativeCallsOnThisThread();
-    const Outputs got = f({x});
-    native += codegen::NativeCallsOnThisThread() - before;
-    EXPECT_EQ(got.size(), 1u);
-    if (got.size() == 1) ExpectClose(got[0], want, c.name + " call " + std::to_string(call));
-  }
-  EXPECT_EQ(f.stats().compiles, 1) << c.name;
-  return native;
+  return ThreeCalls(
+      "convt_" + c.name,
+      [w, b, c](const at::Tensor& x) {
+        return at::conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, 1, c.dilation);
+      },
+      [c, opts, special] {
+        at::Tensor x = torch::randn({c.n, c.c, c.h, c.w}, opts);
+        if (special) {
+          x[0][0][0][0] = NAN;
+          x[c.n - 1][c.c - 1][c.h - 1][c.w - 1] = INFINITY;
+        }
+        return x;
+      });
 }
 
 TEST(NativeConvTranspose, MatchesEagerForEveryForm) {
