@@ -92,20 +92,22 @@ C10_ALWAYS_INLINE bool AllDistinct(const c10::TensorImpl* const* q, size_t n) no
 
 bool AllDistinctHashed(const c10::TensorImpl* const* q, size_t n) noexcept {
   // One table size for every n (at most a quarter full, ~1.2 probes per pointer): a constant-size
-  // clear and no size arithmetic.
+  // clear and no size arithmetic. Slots hold 1 + the pointer's position in q (0: empty), one byte
+  // each, so the clear is 256 bytes rather than 256 pointers.
   constexpr int kBits = 8;
   constexpr size_t kSlots = size_t{1} << kBits, kMask = kSlots - 1;
   static_assert(kSlots >= 4 * kMaxDistinctPointers, "the table is at most a quarter full");
-  const void* table[kSlots];
+  static_assert(kMaxDistinctPointers < 256, "positions fit in a byte");
+  alignas(32) uint8_t table[kSlots];
   std::memset(table, 0, sizeof(table));
   for (size_t k = 0; k < n; ++k) {
-    const void* p = q[k];
+    const c10::TensorImpl* p = q[k];
     size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9e3779b97f4a7c15ull) >> (64 - kBits));
-    while (table[s] != nullptr) {
-      if (table[s] == p) return false;
+    while (table[s] != 0) {
+      if (q[table[s] - 1] == p) return false;
       s = (s + 1) & kMask;
     }
-    table[s] = p;
+    table[s] = static_cast<uint8_t>(k + 1);
   }
   return true;
 }
