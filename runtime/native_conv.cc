@@ -16,7 +16,8 @@
 //     zero here, where ATen's direct kernels skip it: with an infinite weight that is NaN against
 //     a finite sum); no gradient wanted and none forward-mode; the thread's dispatch state as for the
 //     other native kernels; C * KH * KW <= kMaxReduction, O <= kMaxOutChannels and at most
-//     kMaxWork multiply-adds in all (beyond them, oneDNN's blocked kernels win);
+//     kMaxWork multiply-adds in all, kMaxWideWork when C and O are both 16 or more (beyond them,
+//     oneDNN's blocked kernels are as fast or faster);
 //   - results: eager's sizes and strides; values within float rounding of eager's, not its bits (the
 //     products are summed in another order), like the fused kernels of backend "cpp".
 // How: each image is copied once into a zero-padded buffer whose columns are split by their
@@ -60,12 +61,19 @@ namespace {
 // call at 1.0-5x eager's speed, and 3x3 ones of 32 to 128 channels with 58 million at 0.6-0.7x.
 constexpr int64_t kMaxReduction = 576;       // C * KH * KW (64 channels of 3x3)
 constexpr int64_t kMaxOutChannels = 128;     // O
-constexpr int64_t kMaxWork = int64_t{1} << 25;
+constexpr int64_t kMaxWork = int64_t{1} << 25;  // multiply-adds per call: N * O * OH * OW * C * KH * KW
+// With 16 or more channels in and out, oneDNN's blocked kernels are efficient and only its per-call
+// cost is left to win: 16->16 and 32->32 3x3 convolutions of 4.7 million multiply-adds measured
+// 1.0x and 0.96x, so those stay with ATen above kMaxWideWork.
+constexpr int64_t kWideChannels = 16;
+constexpr int64_t kMaxWideWork = int64_t{1} << 22;
 // A transposed convolution's columns, O * KH * KW (a DCGAN layer of 64 channels and 4x4 kernels
 // has 1024).
-constexpr int64_t kMaxTransposedColumns = 4096;  // multiply-adds per call: N * O * OH * OW * C * KH * KW
-// Multiply-adds per parallel task, at least (ATen's GRAIN_SIZE).
-constexpr int64_t kGrain = 32768;
+constexpr int64_t kMaxTransposedColumns = 4096;
+// Multiply-adds (or, in the scatter, additions) per parallel task, at least: a fork and join of
+// the intra-op threads costs a few microseconds on an idle machine and far more on a busy one,
+// so a call is split only into parts of ~10 us of multiply-adds or more.
+constexpr int64_t kGrain = int64_t{1} << 19;
 
 constexpr int kLanes = 8;
 constexpr int kBlock = 4;    // output channels per task
@@ -640,7 +648,8 @@ bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   if (w.size(1) != cv.c || (b.defined() && b.size(0) != cv.o)) return false;
   if (cv.o > kMaxOutChannels || cv.c * cv.kh * cv.kw > kMaxReduction) return false;
   if (!OutputSizes(&cv)) return false;  // ATen raises
-  if (Work(cv) > static_cast<double>(kMaxWork)) return false;
+  const bool wide = cv.c >= kWideChannels && cv.o >= kWideChannels;
+  if (Work(cv) > static_cast<double>(wide ? kMaxWideWork : kMaxWork)) return false;
   if (!NoGradWanted({&x, &w, &b})) return false;
   // A padded position multiplies its weight by zero: refuse non-finite weights.
   const float* wsrc = w.data_ptr<float>();

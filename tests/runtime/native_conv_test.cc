@@ -157,7 +157,10 @@ TEST(NativeConv, FallsBackToAtenOutsideItsForms) {
     EXPECT_EQ(CheckCase({"taps", 1, 128, 6, 6, 8, 3, 3, {1}, {1}, {1}, false}), 0);
     EXPECT_EQ(CheckCase({"out_channels", 1, 4, 6, 6, 129, 3, 3, {1}, {1}, {1}, false}), 0);
     EXPECT_EQ(CheckCase({"work", 8, 16, 64, 64, 16, 3, 3, {1}, {1}, {1}, false}), 0);
-    EXPECT_EQ(CheckCase({"under_limits", 1, 64, 8, 8, 128, 3, 3, {1}, {1}, {1}, true}), 2);
+    EXPECT_EQ(CheckCase({"under_limits", 1, 64, 8, 8, 64, 3, 3, {1}, {1}, {1}, true}), 2);  // 2.4M, C 64
+    // 16 channels in and out: 2^22 multiply-adds (8 * 16 * 16 * 16 * 16 * 9 = 4.7 million).
+    EXPECT_EQ(CheckCase({"wide_work", 8, 16, 16, 16, 16, 3, 3, {1}, {1}, {1}, false}), 0);
+    EXPECT_EQ(CheckCase({"narrow_work", 8, 8, 16, 16, 16, 3, 3, {1}, {1}, {1}, false}), 2);  // 2.4M, C 8
   }
   // Gradients wanted: ATen's convolution and its autograd.
   {
