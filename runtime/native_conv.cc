@@ -14,8 +14,10 @@
 //     positive, an output of at least one pixel; the bias absent or a contiguous float32 [O]; every
 //     tensor a plain CPU tensor; every weight finite (a padded position multiplies its weight by
 //     zero here, where ATen's direct kernels skip it: with an infinite weight that is NaN against
-//     a finite sum); no gradient wanted and none forward-mode; the thread's dispatch state as for the
-//     other native kernels; C * KH * KW <= kMaxReduction, O <= kMaxOutChannels and at most
+//     a finite sum); more than one output channel (1.13's oneDNN may return a single channel
+//     channels-last); a padded copy of the input at most kMaxPaddedFactor times the input and output;
+//     no gradient wanted and none forward-mode; the thread's dispatch state as for the other
+//     native kernels (no autocast); C * KH * KW <= kMaxReduction, O <= kMaxOutChannels and at most
 //     kMaxWork multiply-adds in all, kMaxWideWork when C and O are both 16 or more (beyond them,
 //     oneDNN's blocked kernels are as fast or faster);
 //   - results: eager's sizes and strides; values within float rounding of eager's, not its bits (the
@@ -28,6 +30,14 @@
 // times an input vector to them. Tasks are (image, 4 output channels), split across ATen's
 // intra-op threads. The loops are compiled for AVX2 with FMA and for the baseline, picked by the
 // CPU once.
+// aten::conv_transpose2d.input (nn::ConvTranspose2d) takes the same run-time checks with its own
+// limits (C <= kMaxReduction, O * KH * KW <= kMaxTransposedColumns, kMaxWork, an output at most
+// kMaxPaddedFactor times the products), output_padding as ATen accepts it, and every weight
+// finite (LibTorch 2.x's oneDNN deconvolution multiplies some weights by zeros it pads in). Every
+// input pixel's products with every weight are computed as vectors along the output columns
+// (Products: a DCGAN layer's input may be one pixel), then added at their output pixels
+// (Scatter: o-vectors into an [oh][ow][o] buffer, transposed out with the bias; fewer than 8
+// output channels plane by plane).
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -70,6 +80,11 @@ constexpr int64_t kMaxWideWork = int64_t{1} << 22;
 // A transposed convolution's columns, O * KH * KW (a DCGAN layer of 64 channels and 4x4 kernels
 // has 1024).
 constexpr int64_t kMaxTransposedColumns = 4096;
+// The padded copy of a convolution's input may hold at most this many times the floats of its
+// input and output together, plus kPaddedSlack: a padding or stride far larger than the image
+// would make it gigabytes where ATen allocates nothing of the kind.
+constexpr double kMaxPaddedFactor = 8;
+constexpr double kPaddedSlack = 1 << 16;
 // Multiply-adds (or, in the scatter, additions) per parallel task, at least: a fork and join of
 // the intra-op threads costs a few microseconds on an idle machine and far more on a busy one,
 // so a call is split only into parts of ~10 us of multiply-adds or more.
@@ -263,6 +278,13 @@ bool OutputSizes(Conv* cv) {
   cv->oh = span_h / cv->sh + 1;
   cv->ow = span_w / cv->sw + 1;
   return true;
+}
+
+// The floats of RunDirect's padded, phase-split copy of the input, in double.
+double PaddedFloats(const Conv& cv) {
+  const int64_t row_vectors = (cv.ow + kLanes - 1) / kLanes;
+  const int64_t wq = row_vectors * kLanes + (cv.kw - 1) * cv.dw / cv.sw;
+  return static_cast<double>(cv.n) * cv.c * (cv.h + 2 * cv.ph) * cv.sw * wq;
 }
 
 // Multiply-adds of the convolution, in double: the product may not fit in 64 bits.
@@ -647,7 +669,14 @@ bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   if (cv.n <= 0 || cv.c <= 0 || cv.h <= 0 || cv.w <= 0 || cv.o <= 0 || cv.kh <= 0 || cv.kw <= 0) return false;
   if (w.size(1) != cv.c || (b.defined() && b.size(0) != cv.o)) return false;
   if (cv.o > kMaxOutChannels || cv.c * cv.kh * cv.kw > kMaxReduction) return false;
+  // One output channel: LibTorch 1.13's oneDNN path sometimes returns it with channel stride 1
+  // (channels-last to suggest_memory_format, which the next convolution then follows), in a way
+  // this kernel cannot predict.
+  if (cv.o == 1) return false;
   if (!OutputSizes(&cv)) return false;  // ATen raises
+  if (PaddedFloats(cv) > kMaxPaddedFactor * static_cast<double>(x.numel() + cv.n * cv.o * cv.oh * cv.ow) + kPaddedSlack) {
+    return false;  // mostly padding (a large padding or stride): the buffer would dwarf the work
+  }
   const bool wide = cv.c >= kWideChannels && cv.o >= kWideChannels;
   if (Work(cv) > static_cast<double>(wide ? kMaxWideWork : kMaxWork)) return false;
   if (!NoGradWanted({&x, &w, &b})) return false;
@@ -708,7 +737,18 @@ bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   g.pixels = h * wd;
   if (g.c > kMaxReduction || g.m > kMaxTransposedColumns) return false;
   if (static_cast<double>(g.n) * g.pixels * g.c * g.m > static_cast<double>(kMaxWork)) return false;
+  // An output far larger than the products (a large stride or dilation spreads them thin) is
+  // mostly zero-filling, which ATen does as well as this kernel.
+  if (static_cast<double>(g.n) * o * oh * ow > kMaxPaddedFactor * static_cast<double>(g.n * g.pixels * g.m) + kPaddedSlack) {
+    return false;
+  }
   if (!NoGradWanted({&x, &w, &b})) return false;
+  // LibTorch 2.x's oneDNN deconvolution multiplies some weights by zeros it pads in (a stride of
+  // 3 or more, an output padding), so an infinite or NaN weight makes NaN there: refuse them.
+  const float* wsrc = w.data_ptr<float>();
+  bool finite = true;
+  for (int64_t i = 0, count = w.numel(); i < count; ++i) finite &= std::isfinite(wsrc[i]);
+  if (!finite) return false;
   CountCall();
   g.mp = (g.m + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<float> buffer;
@@ -717,7 +757,6 @@ bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   // The weight as [c][mp] with columns in (kh, kw, o) order (an output pixel's channels are then
   // consecutive), each row zero-padded to whole vectors.
   float* wp = buffer.data();
-  const float* wsrc = w.data_ptr<float>();
   const int64_t taps = kh * kw;
   for (int64_t ic = 0; ic < g.c; ++ic) {
     float* row = wp + ic * g.mp;
@@ -734,8 +773,10 @@ bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   at::Tensor out = at::empty({g.n, o, oh, ow}, x.options());
   Scatter sc{g.n, o, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, g.mp, g.out,
              b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>()};
-  thread_local std::vector<float> pixels_major;
-  if (pixels_major.size() < static_cast<size_t>(g.n * oh * ow * o)) pixels_major.resize(g.n * oh * ow * o);
+  thread_local std::vector<float> pixels_major;  // the [n][oh][ow][o] buffer, for o >= kLanes only
+  if (o >= kLanes && pixels_major.size() < static_cast<size_t>(g.n * oh * ow * o)) {
+    pixels_major.resize(g.n * oh * ow * o);
+  }
   sc.nhwc = pixels_major.data();
   RunScatter(sc);
   if (pixels_major.size() > (size_t{1} << 20)) std::vector<float>().swap(pixels_major);

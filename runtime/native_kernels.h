@@ -17,7 +17,7 @@ bool PlainCpu(const at::Tensor& t);
 
 // Whether the thread's dispatch state lets a kernel stand for ATen's CPU kernel (and the autograd
 // kernel above it): nothing included beyond the default, nothing excluded beyond the default and
-// autograd's. *below_autograd: the autograd keys are excluded (the result has no history).
+// autograd's, every default-excluded key still excluded (CPU autocast un-excludes AutocastCPU). *below_autograd: the autograd keys are excluded (the result has no history).
 bool DispatchStateAllowsNative(bool* below_autograd);
 
 // A forward-mode gradient on t (the kernels have no forward derivative: ATen runs).

@@ -14,6 +14,7 @@
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tests/test_env.h"
+#include "tracer/autocast_compat.h"
 
 namespace warden {
 namespace {
@@ -191,6 +192,76 @@ TEST(NativeConv, FallsBackToAtenOutsideItsForms) {
     EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
     ASSERT_EQ(got.size(), 1u);
     ExpectClose(got[0], at::conv2d(x, wgroups, {}, 1, 1, 1, 2), "groups");
+  }
+}
+
+// Found by review: CPU autocast at the call site (eager casts the convolution to bfloat16). The
+// guards see the autocast state (a new entry is traced under it); the kernel must decline, so the
+// hit returns eager's bfloat16 result, not a float32 one.
+TEST(NativeConv, DeclinesUnderAutocast) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(13);
+  const at::Tensor w = torch::randn({8, 3, 3, 3}) / 5, wt = torch::randn({3, 8, 3, 3}) / 5;
+  const std::vector<std::function<at::Tensor(const at::Tensor&)>> ops = {
+      [w](const at::Tensor& x) { return at::conv2d(x, w, {}, 1, 1); },
+      [wt](const at::Tensor& x) { return at::conv_transpose2d(x, wt, {}, 2, 1); },
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ScopedCacheDir cache;
+    const auto op = ops[i];
+    CompiledFunction f = compile([op](const Args& a) -> Outputs { return {op(a[0].toTensor())}; },
+                                 Cpp("autocast" + std::to_string(i)));
+    const at::Tensor x = torch::randn({2, 3, 9, 9});
+    warden::compat::SetAutocastCpuEnabled(true);
+    const at::Tensor want = op(x);
+    f({x});
+    const int64_t before = codegen::NativeCallsOnThisThread();
+    const Outputs got = f({x});
+    const int64_t native = codegen::NativeCallsOnThisThread() - before;
+    warden::compat::SetAutocastCpuEnabled(false);
+    EXPECT_EQ(native, 0) << i;
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].scalar_type(), want.scalar_type()) << i;
+    EXPECT_TRUE(torch::allclose(got[0].to(at::kFloat), want.to(at::kFloat), 1e-2, 1e-2)) << i;
+  }
+}
+
+// Found by review: one output channel, a padding far larger than the image. 1.13's eager may
+// return such an output channels-last (the next convolution then follows), and the padded copy
+// would be mostly zeros: the kernel declines both, and results and strides are eager's.
+TEST(NativeConv, DeclinesOneChannelAndHugePadding) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(14);
+  const at::Tensor w1 = torch::randn({1, 1, 5, 5}) / 5, w2 = torch::randn({8, 1, 3, 3}) / 3;
+  // ThreeCalls compares strides; the second convolution runs the kernel only when its input (the
+  // first one's ATen result) is NCHW, as with 2.x.
+  EXPECT_LE(ThreeCalls(
+                "one_channel_chain",
+                [w1, w2](const at::Tensor& x) { return at::conv2d(at::conv2d(x, w1, {}, 1, 8), w2, {}, 1, 1); },
+                [] { return torch::randn({1, 1, 4, 4}); }),
+            2);
+  EXPECT_EQ(ThreeCalls(
+                "one_channel", [w1](const at::Tensor& x) { return at::conv2d(x, w1, {}, 1, 8); },
+                [] { return torch::randn({1, 1, 4, 4}); }),
+            0);
+  const at::Tensor w4 = torch::randn({2, 64, 1, 1}) / 8;
+  EXPECT_EQ(ThreeCalls(
+                "huge_padding", [w4](const at::Tensor& x) { return at::conv2d(x, w4, {}, 64, 1024); },
+                [] { return torch::randn({2, 64, 1, 1}); }),
+            0);
+}
+
+// Found by review: LibTorch 2.x's deconvolution multiplies some weights by padded zeros (stride 3
+// or more, output padding), so an infinite weight is NaN there: the kernel declines.
+TEST(NativeConvTranspose, DeclinesNonFiniteWeights) {
+  torch::NoGradGuard no_grad;
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    at::Tensor w = torch::randn({1, 1, 4, 4}) / 4;
+    w[0][0][0][0] = bad;
+    EXPECT_EQ(ThreeCalls(
+                  "nonfinite", [w](const at::Tensor& x) { return at::conv_transpose2d(x, w, {}, 3); },
+                  [] { return torch::randn({1, 1, 2, 2}); }),
+              0);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/codegen_replay.h"
 #include "runtime/warden.h"
 #include "tests/test_env.h"
+#include "tracer/autocast_compat.h"
 
 namespace warden {
 namespace {
@@ -162,6 +163,28 @@ TEST(NativeLstm, CanonicalStateStrides) {
   const Outputs got = HitOnce(f, args, &native);
   EXPECT_EQ(native, 1);
   ExpectClose(got, RunLstm(lstm, args, true), "state strides");
+}
+
+// Found by review: CPU autocast at the call site (2.x's eager LSTM then runs in bfloat16). The
+// kernel declines, so the hit's dtypes and values are eager's.
+TEST(NativeLstm, DeclinesUnderAutocast) {
+  torch::NoGradGuard no_grad;
+  const LstmCase c{"autocast", 5, 8, 1, true, false, true, 3, 2};
+  torch::nn::LSTM lstm = EvalLstm(c);
+  ScopedCacheDir cache;
+  CompiledFunction f = CompileWithState(c);
+  const Args args = {torch::randn({3, 2, 5}), torch::randn({1, 2, 8}), torch::randn({1, 2, 8})};
+  warden::compat::SetAutocastCpuEnabled(true);
+  const Outputs want = RunLstm(lstm, args, true);
+  int64_t native = -1;
+  const Outputs got = HitOnce(f, args, &native);
+  warden::compat::SetAutocastCpuEnabled(false);
+  EXPECT_EQ(native, 0);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type()) << i;
+    EXPECT_TRUE(torch::allclose(got[i].to(at::kFloat), want[i].to(at::kFloat), 1e-2, 1e-2)) << i;
+  }
 }
 
 TEST(NativeLstm, FallsBackToAtenOutsideItsForms) {
