@@ -404,6 +404,9 @@ TEST(NativeConv, Models) {
       const Outputs got = f({x});
       const int64_t native = codegen::NativeCallsOnThisThread() - before;
       EXPECT_GE(native, m.convs) << m.name << " batch " << batch << "\n" << f.explain();
+      // explain() names the steps that may run a native kernel.
+      const std::string op = m.name == "dcgan" ? "aten::conv_transpose2d" : "aten::conv2d";
+      EXPECT_NE(f.explain().find("native kernels: " + op), std::string::npos) << f.explain();
       ASSERT_EQ(got.size(), 1u);
       ExpectClose(got[0], m.forward(x), m.name + " batch " + std::to_string(batch));
     }
