@@ -90,17 +90,8 @@ constexpr double kPaddedSlack = 1 << 16;
 // so a call is split only into parts of ~10 us of multiply-adds or more.
 constexpr int64_t kGrain = int64_t{1} << 19;
 
-constexpr int kLanes = 8;
 constexpr int kBlock = 4;    // output channels per task
 constexpr int kVectors = 2;  // output vectors per tile
-typedef float F8 __attribute__((vector_size(32)));
-
-C10_ALWAYS_INLINE F8 Splat(float x) { return F8{x, x, x, x, x, x, x, x}; }
-C10_ALWAYS_INLINE F8 Load(const float* p) {
-  F8 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 // One convolution's shapes and buffers.
 struct Conv {
@@ -142,7 +133,7 @@ C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb,
     float* dst = out_plane0 + j * plane;
     for (int v = 0; v < kTile; ++v) {
       float lanes[kLanes];
-      std::memcpy(lanes, &acc[j][v], sizeof(lanes));
+      Store(lanes, acc[j][v]);
       std::memcpy(dst + cv.vdst[v0 + v], lanes, cv.vlanes[v0 + v] * sizeof(float));
     }
   }
@@ -434,8 +425,7 @@ void ProductsRowsBaseline(const Products& g, int64_t q0) {
       const F8 xv = Splat(x[ic * g.pixels]);
       const float* w = g.w + ic * g.mp;
       for (int64_t m = 0; m < g.mp; m += kLanes) {
-        const F8 sum = Load(out + m) + xv * Load(w + m);
-        std::memcpy(out + m, &sum, sizeof(sum));
+        Store(out + m, Load(out + m) + xv * Load(w + m));
       }
     }
   }
@@ -522,8 +512,7 @@ struct Scatter {
 C10_ALWAYS_INLINE void AddRow(float* dst, const float* src, int64_t count) {
   int64_t i = 0;
   for (; i + kLanes <= count; i += kLanes) {
-    const F8 sum = Load(dst + i) + Load(src + i);
-    std::memcpy(dst + i, &sum, sizeof(sum));
+    Store(dst + i, Load(dst + i) + Load(src + i));
   }
   for (; i < count; ++i) dst[i] += src[i];
 }
@@ -627,6 +616,42 @@ bool Geometry(const int64_t* stride, const int64_t* padding, const int64_t* dila
   return true;
 }
 
+// Every element of a contiguous float32 tensor finite. Runs on every call over every weight (a
+// DCGAN generator's are ~16 thousand floats), so it tests the exponent bits eight at a time: the
+// scalar isfinite loop took ~10 us of a 16 us call at batch 1.
+C10_ALWAYS_INLINE bool AllFiniteBody(const float* p, int64_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;  // all ones: infinity or NaN
+  typedef uint32_t U8 __attribute__((vector_size(32)));
+  U8 bad = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    U8 bits;
+    std::memcpy(&bits, p + i, sizeof(bits));
+    bad |= (bits & kExponent) == kExponent;
+  }
+  uint32_t any = 0;
+  for (int l = 0; l < kLanes; ++l) any |= bad[l];
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof(bits));
+    any |= (bits & kExponent) == kExponent;
+  }
+  return any == 0;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) bool AllFiniteAvx2(const float* p, int64_t n) { return AllFiniteBody(p, n); }
+#endif
+bool AllFiniteBaseline(const float* p, int64_t n) { return AllFiniteBody(p, n); }
+
+bool AllFinite(const at::Tensor& t) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return AllFiniteAvx2(t.data_ptr<float>(), t.numel());
+#endif
+  return AllFiniteBaseline(t.data_ptr<float>(), t.numel());
+}
+
 bool OneGroup(const OpStepArg& groups) {
   return groups.kind == OpStepArg::Kind::kConstant && groups.constant.isInt() && groups.constant.toInt() == 1;
 }
@@ -681,10 +706,8 @@ bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   if (Work(cv) > static_cast<double>(wide ? kMaxWideWork : kMaxWork)) return false;
   if (!NoGradWanted({&x, &w, &b})) return false;
   // A padded position multiplies its weight by zero: refuse non-finite weights.
+  if (!AllFinite(w)) return false;
   const float* wsrc = w.data_ptr<float>();
-  bool finite = true;
-  for (int64_t i = 0, n = w.numel(); i < n; ++i) finite &= std::isfinite(wsrc[i]);
-  if (!finite) return false;
   CountCall();
   at::Tensor out = at::empty({cv.n, cv.o, cv.oh, cv.ow}, x.options());
   RunDirect(&cv, x.data_ptr<float>(), wsrc, cv.c * cv.kh * cv.kw, 1, b.defined() ? b.data_ptr<float>() : nullptr,
@@ -745,10 +768,8 @@ bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
   if (!NoGradWanted({&x, &w, &b})) return false;
   // LibTorch 2.x's oneDNN deconvolution multiplies some weights by zeros it pads in (a stride of
   // 3 or more, an output padding), so an infinite or NaN weight makes NaN there: refuse them.
+  if (!AllFinite(w)) return false;
   const float* wsrc = w.data_ptr<float>();
-  bool finite = true;
-  for (int64_t i = 0, count = w.numel(); i < count; ++i) finite &= std::isfinite(wsrc[i]);
-  if (!finite) return false;
   CountCall();
   g.mp = (g.m + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<float> buffer;

@@ -389,8 +389,8 @@ bool native::DispatchStateAllowsNative(bool* below_autograd) {
   const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
   if (!(local.included_ - c10::default_included_set).empty()) return false;
   // Enabling CPU autocast takes AutocastCPU out of the default-excluded keys (eager then casts
-  // conv and matmul inputs to bfloat16): every default-excluded key must still be excluded.
-  if (!(c10::default_excluded_set - local.excluded_).empty()) return false;
+  // conv and matmul inputs to bfloat16); it is the only autocast key a CPU tensor carries.
+  if (!local.excluded_.has(c10::DispatchKey::AutocastCPU)) return false;
   const c10::DispatchKeySet excluded = local.excluded_ - c10::default_excluded_set;
   if (!(excluded - c10::autograd_dispatch_keyset_with_ADInplaceOrView).empty()) return false;
   *below_autograd = excluded.has(c10::DispatchKey::AutogradCPU);

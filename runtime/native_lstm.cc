@@ -48,17 +48,7 @@ namespace {
 // hidden size above kMaxHidden stays with ATen.
 constexpr int64_t kMaxHidden = 256;
 constexpr int64_t kMaxCellWork = int64_t{1} << 18;
-constexpr int kLanes = 8;
-typedef float F8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
-
-C10_ALWAYS_INLINE F8 Splat(float x) { return F8{x, x, x, x, x, x, x, x}; }
-C10_ALWAYS_INLINE F8 Load(const float* p) {
-  F8 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-C10_ALWAYS_INLINE void Store(float* p, F8 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // exp(x), relative error ~2e-7: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial of r,
 // 2^n by the exponent bits. Clamped to [-87.3, 88.3] (2^n stays normal); NaN stays NaN.

@@ -75,6 +75,20 @@ int64_t ThreeCalls(const std::string& name, const std::function<at::Tensor(const
   return native;
 }
 
+// Compiles `op` on "cpp", traces it on x and hits it once: the hit must not run a native kernel.
+// Returns the hit's result.
+at::Tensor HitWithoutKernel(const std::string& name, const std::function<at::Tensor(const at::Tensor&)>& op,
+                            const at::Tensor& x) {
+  ScopedCacheDir cache;
+  CompiledFunction f = compile([op](const Args& a) -> Outputs { return {op(a[0].toTensor())}; }, Cpp(name));
+  f({x});
+  const int64_t before = codegen::NativeCallsOnThisThread();
+  const Outputs got = f({x});
+  EXPECT_EQ(codegen::NativeCallsOnThisThread(), before) << name;
+  EXPECT_EQ(got.size(), 1u) << name;
+  return got.empty() ? at::Tensor() : got[0];
+}
+
 // The case's conv2d with weight w and bias b, three calls against eager.
 int64_t CheckAgainstEager(const ConvCase& c, const at::Tensor& w, const at::Tensor& b,
                           const std::function<at::Tensor()>& input) {
@@ -166,32 +180,19 @@ TEST(NativeConv, FallsBackToAtenOutsideItsForms) {
   // Gradients wanted: ATen's convolution and its autograd.
   {
     const at::Tensor wg = w.clone().requires_grad_();
-    ScopedCacheDir cache;
-    CompiledFunction f = CompileConv(c, wg, b);
     const at::Tensor x = input();
-    f({x});
-    const int64_t before = codegen::NativeCallsOnThisThread();
-    const Outputs got = f({x});
-    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
-    ASSERT_EQ(got.size(), 1u);
-    EXPECT_TRUE(got[0].requires_grad());
-    ExpectClose(got[0].detach(), at::conv2d(x, wg, b, 1, 1).detach(), "grad");
+    const auto op = [wg, b](const at::Tensor& t) { return at::conv2d(t, wg, b, 1, 1); };
+    const at::Tensor got = HitWithoutKernel("grad", op, x);
+    EXPECT_TRUE(got.requires_grad());
+    ExpectClose(got.detach(), op(x).detach(), "grad");
   }
   // Groups: ATen.
   {
     torch::NoGradGuard no_grad;
     const at::Tensor wgroups = torch::randn({4, 1, 3, 3});
-    ScopedCacheDir cache;
-    CompiledFunction f = compile(
-        [wgroups](const Args& a) -> Outputs { return {at::conv2d(a[0].toTensor(), wgroups, {}, 1, 1, 1, 2)}; },
-        Cpp("groups"));
     const at::Tensor x = torch::randn({1, 2, 6, 6});
-    f({x});
-    const int64_t before = codegen::NativeCallsOnThisThread();
-    const Outputs got = f({x});
-    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
-    ASSERT_EQ(got.size(), 1u);
-    ExpectClose(got[0], at::conv2d(x, wgroups, {}, 1, 1, 1, 2), "groups");
+    const auto op = [wgroups](const at::Tensor& t) { return at::conv2d(t, wgroups, {}, 1, 1, 1, 2); };
+    ExpectClose(HitWithoutKernel("groups", op, x), op(x), "groups");
   }
 }
 
@@ -346,17 +347,11 @@ TEST(NativeConvTranspose, FallsBackToAtenOutsideItsForms) {
   {
     torch::manual_seed(12);
     const at::Tensor w = torch::randn({3, 4, 3, 3}).requires_grad_();
-    ScopedCacheDir cache;
-    CompiledFunction f = compile(
-        [w](const Args& a) -> Outputs { return {at::conv_transpose2d(a[0].toTensor(), w, {}, 2, 1)}; }, Cpp("grad"));
     const at::Tensor x = torch::randn({1, 3, 4, 4});
-    f({x});
-    const int64_t before = codegen::NativeCallsOnThisThread();
-    const Outputs got = f({x});
-    EXPECT_EQ(codegen::NativeCallsOnThisThread(), before);
-    ASSERT_EQ(got.size(), 1u);
-    EXPECT_TRUE(got[0].requires_grad());
-    ExpectClose(got[0].detach(), at::conv_transpose2d(x, w, {}, 2, 1).detach(), "grad");
+    const auto op = [w](const at::Tensor& t) { return at::conv_transpose2d(t, w, {}, 2, 1); };
+    const at::Tensor got = HitWithoutKernel("grad", op, x);
+    EXPECT_TRUE(got.requires_grad());
+    ExpectClose(got.detach(), op(x).detach(), "grad");
   }
   // An output padding ATen rejects: ATen's error, from the replayed call as from eager.
   {
