@@ -313,14 +313,20 @@ void PrintGuards() {
 // WARDEN_CALLGRIND_ARGS=A arguments instead of 4, as BM_PassthroughWarden/A) in this function,
 // for
 //   valgrind --tool=callgrind --toggle-collect='*CallgrindHits*' bazel-bin/bench/guard_bench
-// (instructions per hit = the collected total / N).
-__attribute__((noinline)) int64_t CallgrindHits(Setup& s, int64_t n) {
+// (instructions per hit = the collected total / N). With WARDEN_CALLGRIND_EAGER=1 the same loop
+// calls the lambda directly (as BM_PassthroughEager/A): Warden's overhead in instructions is the
+// difference.
+__attribute__((noinline)) int64_t CallgrindHits(Setup& s, int64_t n, bool eager) {
   int64_t outputs = 0;
+  if (eager) {
+    for (int64_t i = 0; i < n; ++i) outputs += static_cast<int64_t>(kPassthrough(s.args).size());
+    return outputs;
+  }
   for (int64_t i = 0; i < n; ++i) outputs += static_cast<int64_t>(s.f(s.args).size());
   return outputs;
 }
 
-int RunCallgrindHits(int64_t n, int entries, int args) {
+int RunCallgrindHits(int64_t n, int entries, int args, bool eager) {
   c10::InferenceMode inference;
   Setup s = MakeSetup(args, warden::Dynamic::kStatic, entries, "callgrind", 64);
   if (!s.error.empty()) {
@@ -328,8 +334,9 @@ int RunCallgrindHits(int64_t n, int entries, int args) {
     return 1;
   }
   const warden::Stats before = s.f.stats();
-  CallgrindHits(s, n);
+  CallgrindHits(s, n, eager);
   const warden::Stats after = s.f.stats();
+  if (eager) return after.calls == before.calls ? 0 : 1;
   std::printf("callgrind hits: %lld calls, %lld hits\n", static_cast<long long>(after.calls - before.calls),
               static_cast<long long>(after.cache_hits - before.cache_hits));
   return after.cache_hits - before.cache_hits == n ? 0 : 1;
@@ -341,8 +348,9 @@ int main(int argc, char** argv) {
   if (const char* hits = std::getenv("WARDEN_CALLGRIND_HITS")) {
     const char* entries = std::getenv("WARDEN_CALLGRIND_ENTRIES");
     const char* args = std::getenv("WARDEN_CALLGRIND_ARGS");
+    const char* eager = std::getenv("WARDEN_CALLGRIND_EAGER");
     return RunCallgrindHits(std::atoll(hits), entries != nullptr ? std::atoi(entries) : 1,
-                            args != nullptr ? std::atoi(args) : 4);
+                            args != nullptr ? std::atoi(args) : 4, eager != nullptr && std::atoi(eager) != 0);
   }
   benchmark::Initialize(&argc, argv);
   const int rounds = warden::bench::TakeSummaryRounds(&argc, argv, 41);

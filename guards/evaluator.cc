@@ -48,14 +48,19 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
   }
 }
 
-// Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. Up to
-// kPairwise tensor arguments every pair is compared without a branch per pair (for the common
-// all-distinct case an or of equalities); more go through an open-addressing table on the stack
-// (pointers only when all must be distinct: AllDistinct, which HitCheck's record loop also uses),
-// which finds each one's first equal argument in O(1) expected; past kHashed (the stack budget)
-// the pairwise loop runs on the arguments directly. Any number of arguments is checked exactly.
+// Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. When every
+// tensor argument has a record and all must be distinct (the usual case), the record loop hands
+// each pointer it loads to an identity set as it goes: up to kPairwiseIdentity pointers are kept
+// and compared pairwise at the end without a branch per pair; up to kMaxDistinctPointers each is
+// looked up in an open-addressing table on the stack as it comes (one multiply, one load and two
+// stores per pointer). Other identity guards (some arguments the same tensor, or arguments without
+// a record) run after the records in IdentityCheck::Holds: the same table for all-distinct sets up
+// to kMaxDistinctPointers, a table of (pointer, position) up to kHashed, and the pairwise loop on
+// the arguments beyond (the stack budget). Any number of arguments is checked exactly.
+constexpr size_t kPairwiseIdentity = 8, kMaxDistinctPointers = 64;
+
 // True if two of the n pointers are equal, without a branch per pair: straight-line for the
-// usual small counts, the pairs loop beyond (AllDistinct's small case).
+// usual small counts, the pairs loop beyond.
 C10_ALWAYS_INLINE bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) noexcept {
   switch (n) {
     case 0:
@@ -77,40 +82,67 @@ C10_ALWAYS_INLINE bool AnyTwoEqual(const c10::TensorImpl* const* q, size_t n) no
   }
 }
 
-// Up to kPairwiseIdentity pointers are compared pairwise; AllDistinct takes up to
-// kMaxDistinctPointers.
-constexpr size_t kPairwiseIdentity = 8, kMaxDistinctPointers = 64;
+// The identity sets of the record loop, for n records: Add(p, position) takes record `position`'s
+// pointer (1 <= position <= n, each once) and is false when p was added before, or says nothing
+// and Distinct() answers at the end. The position comes from the record, so the loop keeps no
+// counter.
+struct NoIdentity {
+  explicit NoIdentity(size_t) noexcept {}
+  C10_ALWAYS_INLINE bool Add(const c10::TensorImpl*, uint32_t) noexcept { return true; }
+  C10_ALWAYS_INLINE bool Distinct() const noexcept { return true; }
+};
 
-// True if the n pointers (n <= kMaxDistinctPointers) are pairwise distinct: the pairwise or-chain
-// up to kPairwiseIdentity, beyond that a pointer-only open-addressing table on the stack (one
-// multiply, one load and one store per pointer).
-bool AllDistinctHashed(const c10::TensorImpl* const* q, size_t n) noexcept;
-C10_ALWAYS_INLINE bool AllDistinct(const c10::TensorImpl* const* q, size_t n) noexcept {
-  if (n <= kPairwiseIdentity) return !AnyTwoEqual(q, n);
-  return AllDistinctHashed(q, n);
-}
-
-bool AllDistinctHashed(const c10::TensorImpl* const* q, size_t n) noexcept {
-  // One table size for every n (at most a quarter full, ~1.2 probes per pointer): a constant-size
-  // clear and no size arithmetic. Slots hold 1 + the pointer's position in q (0: empty), one byte
-  // each, so the clear is 256 bytes rather than 256 pointers.
-  constexpr int kBits = 8;
-  constexpr size_t kSlots = size_t{1} << kBits, kMask = kSlots - 1;
-  static_assert(kSlots >= 4 * kMaxDistinctPointers, "the table is at most a quarter full");
-  static_assert(kMaxDistinctPointers < 256, "positions fit in a byte");
-  alignas(32) uint8_t table[kSlots];
-  std::memset(table, 0, sizeof(table));
-  for (size_t k = 0; k < n; ++k) {
-    const c10::TensorImpl* p = q[k];
-    size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9e3779b97f4a7c15ull) >> (64 - kBits));
-    while (table[s] != 0) {
-      if (q[table[s] - 1] == p) return false;
-      s = (s + 1) & kMask;
-    }
-    table[s] = static_cast<uint8_t>(k + 1);
+// n <= kPairwiseIdentity, compared at the end.
+struct PairwiseIdentity {
+  explicit PairwiseIdentity(size_t count) noexcept : n(count) {}
+  C10_ALWAYS_INLINE bool Add(const c10::TensorImpl* p, uint32_t position) noexcept {
+    seen[position - 1] = p;
+    return true;
   }
-  return true;
-}
+  C10_ALWAYS_INLINE bool Distinct() const noexcept { return !AnyTwoEqual(seen, n); }
+  const c10::TensorImpl* seen[kPairwiseIdentity];
+  size_t n;
+};
+
+// n <= kMaxDistinctPointers, each pointer looked up as it is added in an open-addressing table of
+// at least 16n slots (a collision in the home slot, a branch the predictor cannot learn, about
+// n/32 times per check). Slots hold the position (0: empty), one byte each, so the clear is at
+// most 1 KB.
+class HashedIdentity {
+ public:
+  explicit HashedIdentity(size_t n) noexcept
+      : shift_(64 - (n <= 16 ? 8 : n <= 32 ? 9 : 10)), mask_((size_t{1} << (64 - shift_)) - 1) {
+    std::memset(table_, 0, mask_ + 1);
+  }
+  C10_ALWAYS_INLINE bool Add(const c10::TensorImpl* p, uint32_t position) noexcept {
+    const size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9e3779b97f4a7c15ull) >> shift_);
+    seen_[position - 1] = p;
+    if (C10_LIKELY(table_[s] == 0)) {
+      table_[s] = static_cast<uint8_t>(position);
+      return true;
+    }
+    return AddProbing(p, position, s);
+  }
+  C10_ALWAYS_INLINE bool Distinct() const noexcept { return true; }
+
+ private:
+  static constexpr size_t kMaxSlots = 1024;
+  static_assert(kMaxSlots >= 16 * kMaxDistinctPointers, "at least 16 slots per pointer");
+  static_assert(kMaxDistinctPointers < 256, "positions fit in a byte");
+  // The home slot s is taken: false if p is there or further along the probe sequence.
+  C10_NOINLINE bool AddProbing(const c10::TensorImpl* p, uint32_t position, size_t s) noexcept {
+    do {
+      if (seen_[table_[s] - 1] == p) return false;
+      s = (s + 1) & mask_;
+    } while (table_[s] != 0);
+    table_[s] = static_cast<uint8_t>(position);
+    return true;
+  }
+  const int shift_;
+  const size_t mask_;
+  alignas(64) uint8_t table_[kMaxSlots];
+  const c10::TensorImpl* seen_[kMaxDistinctPointers];
+};
 
 IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
   IdentityCheck id;
@@ -128,10 +160,17 @@ IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
 bool IdentityCheck::Holds(const c10::IValue* values) const noexcept {
   constexpr size_t kPairwise = kPairwiseIdentity, kHashed = 512, kSlots = 2 * kHashed;
   const size_t n = args.size();
+  if (all_distinct && n <= kPairwise) {
+    PairwiseIdentity set(n);
+    for (size_t k = 0; k < n; ++k) set.Add(values[args[k]].unsafeToTensorImpl(), static_cast<uint32_t>(k + 1));
+    return set.Distinct();
+  }
   if (all_distinct && n <= kMaxDistinctPointers) {
-    const c10::TensorImpl* impl[kMaxDistinctPointers];
-    for (size_t k = 0; k < n; ++k) impl[k] = values[args[k]].unsafeToTensorImpl();
-    return AllDistinct(impl, n);
+    HashedIdentity set(n);
+    for (size_t k = 0; k < n; ++k) {
+      if (!set.Add(values[args[k]].unsafeToTensorImpl(), static_cast<uint32_t>(k + 1))) return false;
+    }
+    return true;
   }
   if (n <= kPairwise) {
     const c10::TensorImpl* impl[kPairwise];
@@ -656,8 +695,8 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
     min_args_ = std::max(min_args_, static_cast<size_t>(arg) + 1);
     // Note [Word records]: a plain strided key set (its layout follows from the keys).
     if (window.ok && r.check_keys && r.exact && !r.requires_grad && r.layout == static_cast<int8_t>(c10::kStrided) &&
-        (r.keys & layout_keys) == 0) {
-      WordRecord w{r.arg, r.rank, r.keys,
+        (r.keys & layout_keys) == 0 && static_cast<uint64_t>(arg) < (uint64_t{1} << 26)) {
+      WordRecord w{static_cast<uint32_t>(r.arg) * static_cast<uint32_t>(sizeof(c10::IValue)), static_cast<int16_t>(r.rank), 0, r.keys,
                    WindowBytes(window, r.dtype,
                                c10::Device(static_cast<c10::DeviceType>(p.device->expected >> 16),
                                            static_cast<c10::DeviceIndex>(p.device->expected & 0xffff))),
@@ -684,12 +723,16 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
       arg_count_ = g.expected;
       continue;
     }
-    if (g.kind == GuardKind::kArgIdentity && !check_identity_ && !fused_identity_ && IdentityArgsRecorded(g, parts)) {
+    if (g.kind == GuardKind::kArgIdentity && !check_identity_ && record_identity_ == kNoRecordIdentity &&
+        IdentityArgsRecorded(g, parts)) {
       identity_ = IdentityCheck::Of(g.same_as);
       // All distinct and every tensor argument a record: the record loop compares them.
       const size_t records = tensors_.size() + words_.size();
-      fused_identity_ = identity_.all_distinct && identity_.args.size() == records && records <= kFusedIdentity;
-      check_identity_ = !fused_identity_;
+      if (identity_.all_distinct && identity_.args.size() == records && records <= kMaxDistinctPointers) {
+        record_identity_ = records <= kPairwiseIdentity ? kPairwiseRecordIdentity : kHashedRecordIdentity;
+      } else {
+        check_identity_ = true;
+      }
       continue;
     }
     if (g.arg >= 0 && IsRecordKind(g.kind) && Recordable(parts.at(g.arg))) continue;
@@ -702,22 +745,26 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
         std::count_if(words_.begin(), words_.end(), [rank](const WordRecord& w) { return w.rank <= rank; }));
     if (rank_end_[rank] != (rank == 0 ? 0 : rank_end_[rank - 1])) word_ranks_ |= 1u << rank;
   }
+  // Note [Argument identity]: each record's position in the identity set (capped: positions are
+  // only read when there are at most kMaxDistinctPointers records).
+  uint32_t position = 0;
+  for (WordRecord& w : words_) w.position = static_cast<uint16_t>(std::min<uint32_t>(++position, UINT16_MAX));
+  for (TensorRecord& r : tensors_) r.position = ++position;
 }
 
 // Note [Word records]: one rank's records, its sizes compared without a branch per dim.
-template <int kRank>
-C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, const c10::TensorImpl**& seen, size_t step) const noexcept {
+template <int kRank, class Identity>
+C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, Identity& identity) const noexcept {
   static_assert(kRank <= kExactDims && kExactDims < kInlineSizes, "a word record's exact sizes are inline");
   const WordRecord* r = words_.data() + (kRank == 0 ? 0 : rank_end_[kRank - 1]);
   const WordRecord* const end = words_.data() + rank_end_[kRank];
   const ptrdiff_t window_offset = window_offset_;
   const uint64_t window_mask = window_mask_;
+  const char* const arg_bytes = reinterpret_cast<const char*>(args);
   for (; r != end; ++r) {
-    const c10::IValue& v = args[r->arg];
+    const c10::IValue& v = *reinterpret_cast<const c10::IValue*>(arg_bytes + r->arg_offset);
     if (!v.isTensor()) return false;
     const c10::TensorImpl* t = v.unsafeToTensorImpl();
-    *seen = t;
-    seen += step;
     uint64_t window;
     std::memcpy(&window, reinterpret_cast<const char*>(t) + window_offset, 8);
     const c10::impl::SizesAndStrides& ss = t->*MemberPointer(SizesMember{});
@@ -727,9 +774,12 @@ C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, const c10::T
     // already nonzero and what is read (inside the object) does not matter.
     const int64_t* sizes = ss.*MemberPointer(InlineSizesMember{});
     for (int d = 0; d < kRank; ++d) diff |= static_cast<uint64_t>(sizes[d] ^ r->dims[d]);
-    if (diff != 0) return false;
-    const std::unique_ptr<c10::AutogradMetaInterface>& meta = t->*MemberPointer(AutogradMetaMember{});
-    if (meta != nullptr && meta->requires_grad()) return false;
+    // One branch for the metadata and the autograd meta's presence (Note [Inline requires_grad]).
+    const c10::AutogradMetaInterface* meta = (t->*MemberPointer(AutogradMetaMember{})).get();
+    if (C10_UNLIKELY((diff | reinterpret_cast<uintptr_t>(meta)) != 0)) {
+      if (diff != 0 || meta->requires_grad()) return false;
+    }
+    if (!identity.Add(t, r->position)) return false;
   }
   return true;
 }
@@ -737,35 +787,19 @@ C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, const c10::T
 // Note [Lean records]
 // The record loop is the part of a hit that grows with the arguments, so each record is checked
 // with as few instructions as the TensorImpl's public accessors allow: the key set first (Note
-// [Dispatch keys]), the TensorImpl pointer kept for the identity check whatever the record's kind,
+// [Dispatch keys]), the TensorImpl pointer handed to the identity set whatever the record's kind,
 // exact sizes up to kExactDims compared from the record itself with one branch for all of them,
 // a strided layout compared against the constant (two tests on the inline path), and only then
 // requires_grad (Note [Inline requires_grad]). Every guard of the record is still checked on every hit.
-bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
-  if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
-  if (num_args < min_args_) return false;
-  if (autograd_ >= 0) {
-    const c10::AutogradState& state = AutogradTls();
-    const int32_t now = (static_cast<int32_t>(state.get_grad_mode()) << 1) |
-                        static_cast<int32_t>(state.get_inference_mode());
-    if (now != autograd_) return false;
-  }
-  if (check_keys_) {
-    const c10::impl::PODLocalDispatchKeySet& keys = c10::impl::raw_local_dispatch_key_set;
-    if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
-  }
-  // Note [Argument identity]: all records distinct, compared on the pointers the records load.
-  static_assert(kFusedIdentity <= kMaxDistinctPointers, "AllDistinct takes the fused records' pointers");
-  const c10::TensorImpl* seen[kFusedIdentity];
-  const c10::TensorImpl** next_seen = seen;
-  const bool fused = fused_identity_;
+template <class Identity>
+C10_ALWAYS_INLINE bool HitCheck::RecordsHold(const c10::IValue* args) const noexcept {
+  Identity identity(words_.size() + tensors_.size());
   // Note [Word records]
   static_assert(kExactDims == 4, "one WordsHold per rank");
-  const size_t step = fused;
   const unsigned ranks = word_ranks_;
-  if (((ranks & 1u) && !WordsHold<0>(args, next_seen, step)) || ((ranks & 2u) && !WordsHold<1>(args, next_seen, step)) ||
-      ((ranks & 4u) && !WordsHold<2>(args, next_seen, step)) || ((ranks & 8u) && !WordsHold<3>(args, next_seen, step)) ||
-      ((ranks & 16u) && !WordsHold<4>(args, next_seen, step))) {
+  if (((ranks & 1u) && !WordsHold<0>(args, identity)) || ((ranks & 2u) && !WordsHold<1>(args, identity)) ||
+      ((ranks & 4u) && !WordsHold<2>(args, identity)) || ((ranks & 8u) && !WordsHold<3>(args, identity)) ||
+      ((ranks & 16u) && !WordsHold<4>(args, identity))) {
     return false;
   }
   for (const TensorRecord& r : tensors_) {
@@ -774,8 +808,7 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     const c10::TensorImpl* t = v.unsafeToTensorImpl();
     // Note [Dispatch keys]: before anything else of the tensor (a nested tensor's sizes() throws).
     if (r.check_keys && t->key_set().raw_repr() != r.keys) return false;
-    *next_seen = t;
-    next_seen += fused;
+    if (!identity.Add(t, r.position)) return false;
     // The undefined tensor's dtype is Undefined, which no record expects.
     if (t->dtype() != r.dtype) return false;
     if (r.exact) {
@@ -806,7 +839,34 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
     // Note [Leaf guard]: only tensors that require grad have a leafness to check.
     if (r.requires_grad && v.toTensor().is_leaf() != r.leaf) return false;
   }
-  if (fused && !AllDistinct(seen, static_cast<size_t>(next_seen - seen))) return false;
+  return identity.Distinct();
+}
+
+bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
+  if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
+  if (num_args < min_args_) return false;
+  if (autograd_ >= 0) {
+    const c10::AutogradState& state = AutogradTls();
+    const int32_t now = (static_cast<int32_t>(state.get_grad_mode()) << 1) |
+                        static_cast<int32_t>(state.get_inference_mode());
+    if (now != autograd_) return false;
+  }
+  if (check_keys_) {
+    const c10::impl::PODLocalDispatchKeySet& keys = c10::impl::raw_local_dispatch_key_set;
+    if (keys.included_ != included_keys_ || keys.excluded_ != excluded_keys_) return false;
+  }
+  // Note [Argument identity]: an all-distinct identity guard is checked on the pointers the records load.
+  switch (record_identity_) {
+    case kPairwiseRecordIdentity:
+      if (!RecordsHold<PairwiseIdentity>(args)) return false;
+      break;
+    case kHashedRecordIdentity:
+      if (!RecordsHold<HashedIdentity>(args)) return false;
+      break;
+    default:
+      if (!RecordsHold<NoIdentity>(args)) return false;
+      break;
+  }
   if (check_identity_ && !identity_.Holds(args)) return false;
   return rest_.size() == 0 || rest_.Check(args, num_args);
 }

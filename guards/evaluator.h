@@ -117,6 +117,7 @@ class HitCheck {
   static constexpr int32_t kExactDims = 4;
   struct TensorRecord {
     int32_t arg;
+    uint32_t position;        // in the identity set (Note [Argument identity])
     uint32_t first_bound;     // into bounds_; `rank` of them when rank >= 0 and not exact
     int32_t rank;             // -1: not guarded (then no size is)
     caffe2::TypeMeta dtype;   // never Undefined, so an undefined tensor fails here
@@ -131,8 +132,9 @@ class HitCheck {
   };
   // Note [Word records]: a record whose every guard can be read as words of the TensorImpl.
   struct WordRecord {
-    int32_t arg;
-    int32_t rank;     // 0..kExactDims, every size exact
+    uint32_t arg_offset;  // the argument's byte offset in the argument array
+    int16_t rank;         // 0..kExactDims, every size exact
+    uint16_t position;    // in the identity set (Note [Argument identity])
     uint64_t keys;    // the dispatch key set, raw
     uint64_t window;  // the metadata window's expected bytes (dtype, device; policy bits zero)
     int64_t dims[kExactDims];
@@ -140,9 +142,13 @@ class HitCheck {
   std::vector<WordRecord> words_;  // by rank: words_[rank_end_[r - 1], rank_end_[r]) have rank r
   uint32_t rank_end_[kExactDims + 1] = {};
   uint32_t word_ranks_ = 0;  // bit r: some word record has rank r
-  // The word records of rank kRank; stores each one's TensorImpl at *seen, advanced by `step`.
-  template <int kRank>
-  bool WordsHold(const c10::IValue* args, const c10::TensorImpl**& seen, size_t step) const noexcept;
+  // The word records of rank kRank; each one's TensorImpl goes to `identity` (Note [Argument
+  // identity] in guards/evaluator.cc).
+  template <int kRank, class Identity>
+  bool WordsHold(const c10::IValue* args, Identity& identity) const noexcept;
+  // Every record, then the identity set's verdict.
+  template <class Identity>
+  bool RecordsHold(const c10::IValue* args) const noexcept;
   ptrdiff_t window_offset_ = 0;  // of the metadata window in a TensorImpl
   uint64_t window_mask_ = 0;     // its bits that are compared
   int64_t arg_count_ = -1;   // -1: not guarded
@@ -152,10 +158,10 @@ class HitCheck {
   size_t min_args_ = 0;      // records index args below this
   std::vector<TensorRecord> tensors_;
   std::vector<DimBound> bounds_;
-  // Up to this many tensor records, an all-distinct kArgIdentity guard is checked on the pointers
-  // the record loop loaded (Note [Argument identity]).
-  static constexpr size_t kFusedIdentity = 64;
-  bool fused_identity_ = false;  // the kArgIdentity guard says all distinct: checked in the record loop
+  // An all-distinct kArgIdentity guard over every record, up to 64 of them, is checked on the
+  // pointers the record loop loads: pairwise up to 8, in a table beyond (Note [Argument identity]).
+  enum RecordIdentity : uint8_t { kNoRecordIdentity, kPairwiseRecordIdentity, kHashedRecordIdentity };
+  RecordIdentity record_identity_ = kNoRecordIdentity;
   bool check_identity_ = false;  // the kArgIdentity guard, after the records (their types checked)
   IdentityCheck identity_;
   GuardProgram rest_;        // runs after the records, which have checked their arguments' types

@@ -37,16 +37,14 @@ class ReplayArtifact final : public Artifact {
       if (simple.pass[n.index]) steps_.back().pass_through = steps_.back().args.at(0).slot;
     }
     for (ValueId id : g.outputs) {
-      Output out;
       if (id == tracer::kNoValue) {
-        // undefined tensor
+        outputs_.Add(-1, -1, at::Tensor());  // undefined tensor
       } else if (g.value(id).kind == tracer::ValueKind::kConstant) {
-        out.constant = g.value(id).constant;
+        outputs_.Add(-1, -1, g.value(id).constant);
       } else {
-        out.slot = slots.Slot(id);
-        if (g.value(id).kind == tracer::ValueKind::kInput) out.arg = g.value(id).arg_index;
+        outputs_.Add(slots.Slot(id), g.value(id).kind == tracer::ValueKind::kInput ? g.value(id).arg_index : -1,
+                     at::Tensor());
       }
-      outputs_.push_back(std::move(out));
     }
     num_slots_ = slots.num_slots();
     PlanReleases();
@@ -58,8 +56,6 @@ class ReplayArtifact final : public Artifact {
   bool Run(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* outputs,
            std::string* value_guard_failure) const override {
     if (steps_.empty()) return PassThrough(args, outputs);
-    outputs->clear();
-    outputs->reserve(outputs_.size());
     codegen::RunScratch scratch(num_slots_);
     std::vector<c10::IValue>& slots = scratch.slots();
     for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
@@ -67,19 +63,22 @@ class ReplayArtifact final : public Artifact {
       if (!codegen::RunOpStep(steps_[i], slots, scratch.stack(), value_guard_failure)) return false;
       for (int slot : releases_[i]) slots[slot] = c10::IValue();
     }
-    for (const Output& o : outputs_) {
-      outputs->push_back(o.slot >= 0 ? slots[o.slot].toTensor() : o.constant);
-    }
+    outputs_.FromSlots(slots, outputs);  // Note [Building outputs]
     return true;
   }
 
  private:
-  // A graph that returns arguments and constants only: its outputs, in one inlined loop.
+  // A graph that returns arguments and constants only: its outputs without a slot array.
   __attribute__((flatten)) bool PassThrough(const std::vector<c10::IValue>& args,
                                             std::vector<at::Tensor>* outputs) const {
-    outputs->clear();
-    outputs->reserve(outputs_.size());
-    for (const Output& o : outputs_) outputs->push_back(o.arg >= 0 ? args[o.arg].toTensor() : o.constant);
+    if (outputs_.all_args()) {
+      outputs_.FromArgs(args, outputs);
+      return true;
+    }
+    codegen::RunScratch scratch(num_slots_);
+    std::vector<c10::IValue>& slots = scratch.slots();
+    for (const auto& [arg, slot] : inputs_) slots[slot] = args[arg];
+    outputs_.FromSlots(slots, outputs);
     return true;
   }
 
@@ -89,22 +88,16 @@ class ReplayArtifact final : public Artifact {
     for (size_t i = 0; i < steps_.size(); ++i) codegen::AddSlotsOf(steps_[i], &uses[i]);
     std::vector<int> keep;
     for (const auto& [arg, slot] : inputs_) keep.push_back(slot);
-    for (const Output& o : outputs_) keep.push_back(o.slot);
+    for (int slot : outputs_.slots()) keep.push_back(slot);
     releases_ = codegen::PlanReleases(num_slots_, uses, keep);
   }
-
-  struct Output {
-    int slot = -1;        // a value of the graph
-    int arg = -1;         // it is this argument (used when the graph has no steps)
-    at::Tensor constant;  // slot < 0: a captured constant, or undefined
-  };
 
   std::shared_ptr<const Graph> graph_;
   int num_slots_ = 0;
   std::vector<std::pair<int, int>> inputs_;  // (argument, slot)
   std::vector<codegen::OpStep> steps_;
   std::vector<std::vector<int>> releases_;  // per step: slots cleared after it (Note [Release after last use])
-  std::vector<Output> outputs_;
+  codegen::OutputList outputs_;
 };
 
 class AtenBackend final : public Backend {

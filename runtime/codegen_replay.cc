@@ -449,6 +449,25 @@ bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::ji
 }
 }  // namespace
 
+void OutputList::Add(int slot, int arg, at::Tensor constant) {
+  for (Source& earlier : sources_) {
+    if (slot >= 0 && earlier.slot == slot) earlier.last_reader = false;
+  }
+  sources_.push_back({slot, slot >= 0, slot >= 0 ? at::Tensor() : std::move(constant)});
+  only_args_ = only_args_ && arg >= 0;
+  if (only_args_) {
+    args_.push_back(arg);
+  } else {
+    args_.clear();
+  }
+}
+
+std::vector<int> OutputList::slots() const {
+  std::vector<int> slots;
+  for (const Source& s : sources_) slots.push_back(s.slot);
+  return slots;
+}
+
 RunScratch::Buffers& RunScratch::ThreadBuffers() {
   thread_local Buffers buffers;
   return buffers;

@@ -6,6 +6,7 @@
 #ifndef WARDEN_RUNTIME_CODEGEN_REPLAY_H_
 #define WARDEN_RUNTIME_CODEGEN_REPLAY_H_
 
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -215,6 +216,73 @@ void AddSlotsOf(const OpStep& s, std::vector<int>* slots);
 // the slots that outlive the run (arguments, outputs); negative entries (constants) are ignored.
 std::vector<std::vector<int>> PlanReleases(int num_slots, const std::vector<std::vector<int>>& uses,
                                            const std::vector<int>& keep);
+
+// Note [Building outputs]
+// A hit's results are built with as little per-output work as the vector allows: an output that
+// is the last reader of its slot is moved out of it (the run's slots are cleared afterwards
+// anyway), saving a reference-count increment and decrement; and a graph whose outputs are all
+// arguments (no step runs) constructs the vector once from the arguments, without a capacity check
+// per element.
+class OutputList {
+ public:
+  // In output order: a value's slot, or -1 for `constant` (a captured tensor, or undefined). `arg`:
+  // the argument the value is, or -1.
+  void Add(int slot, int arg, at::Tensor constant);
+  // The outputs from the run's slots (moved out of each slot's last reader).
+  void FromSlots(std::vector<c10::IValue>& slots, std::vector<at::Tensor>* out) const {
+    out->clear();
+    out->reserve(sources_.size());
+    for (const Source& s : sources_) {
+      if (s.slot < 0) {
+        out->push_back(s.constant);
+      } else if (s.last_reader) {
+        out->push_back(std::move(slots[s.slot]).toTensor());
+      } else {
+        out->push_back(slots[s.slot].toTensor());
+      }
+    }
+  }
+  // Whether every output is an argument (then FromArgs applies).
+  bool all_args() const { return !args_.empty() && args_.size() == sources_.size(); }
+  // The outputs straight from the arguments; requires all_args().
+  void FromArgs(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* out) const {
+    out->assign(ArgTensors{args.data(), args_.data()}, ArgTensors{args.data(), args_.data() + args_.size()});
+  }
+  size_t size() const { return sources_.size(); }
+  std::vector<int> slots() const;
+
+ private:
+  struct Source {
+    int slot = -1;
+    bool last_reader = false;  // no later output reads the slot
+    at::Tensor constant;
+  };
+  // Forward iterator over the tensors of args[index[k]].
+  struct ArgTensors {
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = at::Tensor;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const at::Tensor*;
+    using reference = const at::Tensor&;
+    const c10::IValue* args;
+    const int* index;
+    reference operator*() const { return args[*index].toTensor(); }
+    ArgTensors& operator++() {
+      ++index;
+      return *this;
+    }
+    ArgTensors operator++(int) {
+      ArgTensors old = *this;
+      ++index;
+      return old;
+    }
+    bool operator==(const ArgTensors& o) const { return index == o.index; }
+    bool operator!=(const ArgTensors& o) const { return index != o.index; }
+  };
+  std::vector<Source> sources_;
+  std::vector<int> args_;  // the outputs' arguments while every output so far is one
+  bool only_args_ = true;
+};
 
 // The per-run buffers of a replaying artifact: a slot array of `num_slots` values and a stack,
 // taken from this thread's reusable pair (a re-entrant run on the same thread gets fresh ones)

@@ -247,11 +247,11 @@ class CppArtifact final : public CodegenArtifact {
     num_slots_ = slots.num_slots();
     for (ValueId id : g.outputs) {
       if (id == tracer::kNoValue) {
-        outputs_.push_back({-1, at::Tensor()});
+        outputs_.Add(-1, -1, at::Tensor());
       } else if (g.value(id).kind == tracer::ValueKind::kConstant) {
-        outputs_.push_back({-1, g.value(id).constant});
+        outputs_.Add(-1, -1, g.value(id).constant);
       } else {
-        outputs_.push_back({slots.Slot(id), at::Tensor()});
+        outputs_.Add(slots.Slot(id), -1, at::Tensor());
       }
     }
     // Note [Release after last use] in runtime/codegen_replay.h. A kernel step uses its inputs and
@@ -276,7 +276,7 @@ class CppArtifact final : public CodegenArtifact {
     }
     std::vector<int> keep;
     for (const auto& [arg, slot] : inputs_) keep.push_back(slot);
-    for (const auto& [slot, constant] : outputs_) keep.push_back(slot);
+    for (int slot : outputs_.slots()) keep.push_back(slot);
     releases_ = codegen::PlanReleases(num_slots_, uses, keep);
   }
 
@@ -325,11 +325,7 @@ class CppArtifact final : public CodegenArtifact {
       }
       for (int slot : releases_[i]) slots[slot] = c10::IValue();
     }
-    outputs->clear();
-    outputs->reserve(outputs_.size());
-    for (const auto& [slot, constant] : outputs_) {
-      outputs->push_back(slot >= 0 ? slots[slot].toTensor() : constant);
-    }
+    outputs_.FromSlots(slots, outputs);  // Note [Building outputs]
     return true;
   }
 
@@ -526,7 +522,7 @@ class CppArtifact final : public CodegenArtifact {
   std::vector<KernelStep> kernels_;
   std::vector<ProgramStep> programs_;
   std::vector<Step> steps_;
-  std::vector<std::pair<int, at::Tensor>> outputs_;  // slot, or -1 and a constant / undefined
+  codegen::OutputList outputs_;
 };
 
 class CppBackend final : public Backend {

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <functional>
+#include <numeric>
+#include <random>
 
 #include <c10/core/DefaultDtype.h>
 #include <gmock/gmock.h>
@@ -493,6 +495,52 @@ TEST(HitCheck, WordRecordsAgreeWithTheProgram) {
                                {s, v, 2.0, q}};
   (DeviceCodeOf(on_cpu0) == DeviceCodeOf(m) ? passing : failing).push_back({s, v, on_cpu0, q});
   ExpectAgreement({"word records", guards, passing, failing});
+}
+
+// Note [Argument identity]: an all-distinct identity guard over n records is checked in the
+// record loop, pairwise up to 8 and in a table of 256 / 512 / 1024 slots up to 16 / 32 / 64
+// records (beyond, after the records). Random draws from a pool of tensors give many table
+// layouts, so home-slot collisions (and a repeat found only by probing past them) occur; every
+// draw, distinct or with one repeated tensor, must agree with Holds(). Mixed ranks put the records
+// in different rank loops, and every third argument has no dispatch-key guard (an accessor record).
+TEST(HitCheck, IdentityInTheRecordLoopAgreesForManyLayouts) {
+  std::vector<at::Tensor> pool;
+  for (int i = 0; i < 300; ++i) pool.push_back(torch::zeros(std::vector<int64_t>(static_cast<size_t>(i % 3), 2)));
+  std::mt19937 rng(7);
+  for (int n : {5, 8, 9, 16, 17, 32, 33, 64, 65}) {
+    SCOPED_TRACE(testing::Message() << n << " arguments");
+    for (int trial = 0; trial < 40; ++trial) {
+      // n distinct tensors of the pool, each of rank (its pool index % 3).
+      std::vector<int> order(pool.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      Args distinct;
+      for (int i = 0; i < n; ++i) distinct.push_back(pool[order[i]]);
+      std::vector<Guard> guards = {Count(n)};
+      for (int a = 0; a < n; ++a) {
+        const at::Tensor& t = distinct[a].toTensor();
+        for (const Guard& g : a % 3 == 2 ? UsedTensor(a, t) : UsedPlainTensor(a, t)) guards.push_back(g);
+      }
+      Guard id = Make(GuardKind::kArgIdentity);
+      id.same_as = IdentityOf(distinct);
+      guards.push_back(id);
+      // A repeat: argument j passes argument i's tensor (same rank, so only identity differs).
+      std::vector<Args> failing;
+      for (int k = 0; k < 4; ++k) {
+        const int i = static_cast<int>(rng() % n);
+        int j = static_cast<int>(rng() % n);
+        for (int step = 0; step < n && (j == i || order[j] % 3 != order[i] % 3); ++step) j = (j + 1) % n;
+        if (j == i || order[j] % 3 != order[i] % 3) continue;
+        Args repeated = distinct;
+        repeated[j] = distinct[i];
+        failing.push_back(repeated);
+      }
+      Args shuffled_pool = distinct;  // other tensors of the same ranks: still distinct
+      for (int a = 0; a < n; ++a) shuffled_pool[a] = torch::zeros(distinct[a].toTensor().sizes());
+      ExpectAgreement({"identity", guards, {distinct, shuffled_pool}, failing});
+      if (HitCheck::WordRecordsSupported() && trial == 0) EXPECT_GT(HitCheck(guards).num_word_records(), 0u);
+    }
+  }
 }
 
 // A TensorImpl whose sizes, device or layout come from a policy (a subclass's overrides) has

@@ -3,6 +3,7 @@
 // and the graph/guards logs.
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 
 #include <gmock/gmock.h>
@@ -370,6 +371,47 @@ TEST(CompiledFunction, ManyEntriesEachHitTheirOwn) {
   }
   EXPECT_EQ(f.stats().compiles, 10);
   EXPECT_EQ(f.stats().cache_hits, 10);
+}
+
+// Note [Building outputs]: a hit returns each output as eager does, whether it is an intermediate
+// returned more than once (copied, then moved out of its slot at its last return), an argument
+// (repeated, or alone: the arguments are not consumed) or a captured tensor, on both backends.
+TEST(CompiledFunction, HitOutputsRepeatIntermediatesArgumentsAndConstants) {
+  const at::Tensor w = torch::randn({3});
+  const std::vector<std::function<std::vector<at::Tensor>(const Args&)>> fns = {
+      [](const Args& a) -> std::vector<at::Tensor> {
+        const at::Tensor y = a[0].toTensor() * 2;
+        return {y, a[0].toTensor(), y, a[1].toTensor(), y};
+      },
+      [](const Args& a) -> std::vector<at::Tensor> { return {a[1].toTensor(), a[0].toTensor(), a[1].toTensor()}; },
+      [w](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor(), w, a[1].toTensor(), w}; },
+      [](const Args& a) -> std::vector<at::Tensor> { return {a[0].toTensor(), at::Tensor(), a[1].toTensor()}; },
+  };
+  for (const std::string backend : {"aten", "cpp"}) {
+    for (size_t k = 0; k < fns.size(); ++k) {
+      SCOPED_TRACE(testing::Message() << backend << ", function " << k);
+      CompiledFunction f = compile(fns[k], Static("outputs", backend));
+      const at::Tensor x = torch::randn({3}), z = torch::randn({3});
+      f({x, z});
+      for (int call = 0; call < 2; ++call) {
+        const std::vector<at::Tensor> got = f({x, z}), want = fns[k]({x, z});
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(got[i].defined(), want[i].defined()) << "output " << i;
+          if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << "output " << i;
+          for (size_t j = 0; j < want.size(); ++j) {
+            if (!want[i].defined() || !want[j].defined()) continue;
+            EXPECT_EQ(got[i].is_same(got[j]), want[i].is_same(want[j])) << "outputs " << i << ", " << j;
+          }
+          // An argument or captured tensor comes back as that very tensor.
+          if (want[i].is_same(x) || want[i].is_same(z) || want[i].is_same(w)) EXPECT_TRUE(got[i].is_same(want[i]));
+        }
+        EXPECT_TRUE(x.defined() && z.defined());
+      }
+      EXPECT_EQ(f.stats().compiles, 1);
+      EXPECT_EQ(f.stats().cache_hits, 2);
+    }
+  }
 }
 
 // --- LogTopics ----------------------------------------------------------------------------------
