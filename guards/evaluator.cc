@@ -96,11 +96,11 @@ struct NoIdentity {
 struct PairwiseIdentity {
   explicit PairwiseIdentity(size_t count) noexcept : n(count) {}
   C10_ALWAYS_INLINE bool Add(const c10::TensorImpl* p, uint32_t position) noexcept {
-    seen[position - 1] = p;
+    seen[position] = p;
     return true;
   }
-  C10_ALWAYS_INLINE bool Distinct() const noexcept { return !AnyTwoEqual(seen, n); }
-  const c10::TensorImpl* seen[kPairwiseIdentity];
+  C10_ALWAYS_INLINE bool Distinct() const noexcept { return !AnyTwoEqual(seen + 1, n); }
+  const c10::TensorImpl* seen[kPairwiseIdentity + 1];  // by position (seen[0] unused)
   size_t n;
 };
 
@@ -116,7 +116,7 @@ class HashedIdentity {
   }
   C10_ALWAYS_INLINE bool Add(const c10::TensorImpl* p, uint32_t position) noexcept {
     const size_t s = static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9e3779b97f4a7c15ull) >> shift_);
-    seen_[position - 1] = p;
+    seen_[position] = p;
     if (C10_LIKELY(table_[s] == 0)) {
       table_[s] = static_cast<uint8_t>(position);
       return true;
@@ -132,7 +132,7 @@ class HashedIdentity {
   // The home slot s is taken: false if p is there or further along the probe sequence.
   C10_NOINLINE bool AddProbing(const c10::TensorImpl* p, uint32_t position, size_t s) noexcept {
     do {
-      if (seen_[table_[s] - 1] == p) return false;
+      if (seen_[table_[s]] == p) return false;
       s = (s + 1) & mask_;
     } while (table_[s] != 0);
     table_[s] = static_cast<uint8_t>(position);
@@ -141,7 +141,7 @@ class HashedIdentity {
   const int shift_;
   const size_t mask_;
   alignas(64) uint8_t table_[kMaxSlots];
-  const c10::TensorImpl* seen_[kMaxDistinctPointers];
+  const c10::TensorImpl* seen_[kMaxDistinctPointers + 1];  // by position (seen_[0] unused)
 };
 
 IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
@@ -747,6 +747,7 @@ HitCheck::HitCheck(const std::vector<Guard>& guards) {
   }
   // Note [Argument identity]: each record's position in the identity set (capped: positions are
   // only read when there are at most kMaxDistinctPointers records).
+  num_records_ = static_cast<uint32_t>(words_.size() + tensors_.size());
   uint32_t position = 0;
   for (WordRecord& w : words_) w.position = static_cast<uint16_t>(std::min<uint32_t>(++position, UINT16_MAX));
   for (TensorRecord& r : tensors_) r.position = ++position;
@@ -793,7 +794,7 @@ C10_ALWAYS_INLINE bool HitCheck::WordsHold(const c10::IValue* args, Identity& id
 // requires_grad (Note [Inline requires_grad]). Every guard of the record is still checked on every hit.
 template <class Identity>
 C10_ALWAYS_INLINE bool HitCheck::RecordsHold(const c10::IValue* args) const noexcept {
-  Identity identity(words_.size() + tensors_.size());
+  Identity identity(num_records_);
   // Note [Word records]
   static_assert(kExactDims == 4, "one WordsHold per rank");
   const unsigned ranks = word_ranks_;

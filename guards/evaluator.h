@@ -162,6 +162,7 @@ class HitCheck {
   // pointers the record loop loads: pairwise up to 8, in a table beyond (Note [Argument identity]).
   enum RecordIdentity : uint8_t { kNoRecordIdentity, kPairwiseRecordIdentity, kHashedRecordIdentity };
   RecordIdentity record_identity_ = kNoRecordIdentity;
+  uint32_t num_records_ = 0;  // words_ and tensors_
   bool check_identity_ = false;  // the kArgIdentity guard, after the records (their types checked)
   IdentityCheck identity_;
   GuardProgram rest_;        // runs after the records, which have checked their arguments' types
