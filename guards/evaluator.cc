@@ -48,6 +48,8 @@ GuardProgram::GuardProgram(std::vector<Guard> guards) : guards_(std::move(guards
   }
 }
 
+namespace {
+
 // Note [Argument identity]: the hot path compares the arguments' TensorImpl pointers. When every
 // tensor argument has a record and all must be distinct (the usual case), the record loop hands
 // each pointer it loads to an identity set as it goes: up to kPairwiseIdentity pointers are kept
@@ -143,6 +145,8 @@ class HashedIdentity {
   alignas(64) uint8_t table_[kMaxSlots];
   const c10::TensorImpl* seen_[kMaxDistinctPointers + 1];  // by position (seen_[0] unused)
 };
+
+}  // namespace
 
 IdentityCheck IdentityCheck::Of(const std::vector<int32_t>& same_as) {
   IdentityCheck id;

@@ -102,6 +102,10 @@ class HitCheck {
   size_t num_tensor_records() const { return tensors_.size() + words_.size(); }
   // Records checked as words of the TensorImpl (Note [Word records] in guards/evaluator.cc).
   size_t num_word_records() const { return words_.size(); }
+  // How an all-distinct identity guard is checked in the record loop (Note [Argument identity] in
+  // guards/evaluator.cc): not there, pairwise (up to 8 records) or hashed (up to 64).
+  enum RecordIdentity : uint8_t { kNoRecordIdentity, kPairwiseRecordIdentity, kHashedRecordIdentity };
+  RecordIdentity record_identity() const { return record_identity_; }
   // Whether this LibTorch's TensorImpl admits word records (found once per process).
   static bool WordRecordsSupported();
   const GuardProgram& rest() const { return rest_; }
@@ -160,7 +164,6 @@ class HitCheck {
   std::vector<DimBound> bounds_;
   // An all-distinct kArgIdentity guard over every record, up to 64 of them, is checked on the
   // pointers the record loop loads: pairwise up to 8, in a table beyond (Note [Argument identity]).
-  enum RecordIdentity : uint8_t { kNoRecordIdentity, kPairwiseRecordIdentity, kHashedRecordIdentity };
   RecordIdentity record_identity_ = kNoRecordIdentity;
   uint32_t num_records_ = 0;  // words_ and tensors_
   bool check_identity_ = false;  // the kArgIdentity guard, after the records (their types checked)

@@ -538,7 +538,11 @@ TEST(HitCheck, IdentityInTheRecordLoopAgreesForManyLayouts) {
       Args shuffled_pool = distinct;  // other tensors of the same ranks: still distinct
       for (int a = 0; a < n; ++a) shuffled_pool[a] = torch::zeros(distinct[a].toTensor().sizes());
       ExpectAgreement({"identity", guards, {distinct, shuffled_pool}, failing});
-      if (HitCheck::WordRecordsSupported() && trial == 0) EXPECT_GT(HitCheck(guards).num_word_records(), 0u);
+      const HitCheck hit(guards);
+      if (HitCheck::WordRecordsSupported() && trial == 0) EXPECT_GT(hit.num_word_records(), 0u);
+      EXPECT_EQ(hit.record_identity(), n <= 8    ? HitCheck::kPairwiseRecordIdentity
+                                       : n <= 64 ? HitCheck::kHashedRecordIdentity
+                                                 : HitCheck::kNoRecordIdentity);
     }
   }
 }

@@ -394,7 +394,10 @@ TEST(CompiledFunction, HitOutputsRepeatIntermediatesArgumentsAndConstants) {
       const at::Tensor x = torch::randn({3}), z = torch::randn({3});
       f({x, z});
       for (int call = 0; call < 2; ++call) {
-        const std::vector<at::Tensor> got = f({x, z}), want = fns[k]({x, z});
+        const Args in = {x, z};
+        const std::vector<at::Tensor> got = f(in), want = fns[k](in);
+        // The caller's arguments are not consumed.
+        ASSERT_TRUE(in[0].isTensor() && in[0].toTensor().is_same(x) && in[1].isTensor() && in[1].toTensor().is_same(z));
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < want.size(); ++i) {
           ASSERT_EQ(got[i].defined(), want[i].defined()) << "output " << i;
@@ -406,11 +409,43 @@ TEST(CompiledFunction, HitOutputsRepeatIntermediatesArgumentsAndConstants) {
           // An argument or captured tensor comes back as that very tensor.
           if (want[i].is_same(x) || want[i].is_same(z) || want[i].is_same(w)) EXPECT_TRUE(got[i].is_same(want[i]));
         }
-        EXPECT_TRUE(x.defined() && z.defined());
       }
       EXPECT_EQ(f.stats().compiles, 1);
       EXPECT_EQ(f.stats().cache_hits, 2);
     }
+  }
+}
+
+// Note [Building outputs] with a compiled backward: an intermediate that is returned (moved out of
+// its slot at its return) and that the backward also saves (tanh saves its result) reaches both
+// intact; outputs and gradients match eager on every hit. (Returning one tensor twice makes the
+// entry's backward LibTorch's autograd: HitOutputsRepeatIntermediatesArgumentsAndConstants.)
+TEST(CompiledFunction, HitOutputsSavedForTheBackwardAreReturnedIntact) {
+  auto fn = [](const Args& a) -> std::vector<at::Tensor> {
+    const at::Tensor y = torch::tanh(a[0].toTensor() * a[1].toTensor());
+    return {y * 2, y};
+  };
+  for (const std::string backend : {"aten", "cpp"}) {
+    SCOPED_TRACE(backend);
+    CompiledFunction f = compile(fn, Static("saved_outputs", backend));
+    const at::Tensor w = torch::randn({5});
+    for (int call = 0; call < 3; ++call) {
+      const at::Tensor x = torch::randn({5}, torch::requires_grad());
+      const at::Tensor x_eager = x.detach().clone().requires_grad_();
+      const std::vector<at::Tensor> got = f({x, w}), want = fn({x_eager, w});
+      ASSERT_EQ(got.size(), 2u);
+      ASSERT_TRUE(got[0].defined() && got[1].defined());
+      for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::allclose(got[i], want[i])) << "output " << i;
+      (got[0] + got[1] * 3).sum().backward();
+      (want[0] + want[1] * 3).sum().backward();
+      ASSERT_TRUE(x.grad().defined());
+      EXPECT_TRUE(torch::allclose(x.grad(), x_eager.grad(), 1e-5, 1e-6)) << "call " << call;
+    }
+    EXPECT_EQ(f.stats().compiles, 1);
+    EXPECT_EQ(f.stats().cache_hits, 2);
+    // The entry's backward is the compiled one (Note [Compiled backward]), not autograd over a replay.
+    EXPECT_THAT(f.explain(), HasSubstr("backward: "));
+    EXPECT_THAT(f.explain(), ::testing::Not(HasSubstr("LibTorch's autograd over the replayed forward")));
   }
 }
 
