@@ -847,6 +847,10 @@ C10_ALWAYS_INLINE bool HitCheck::RecordsHold(const c10::IValue* args) const noex
   return identity.Distinct();
 }
 
+C10_NOINLINE bool HitCheck::RecordsHoldHashed(const c10::IValue* args) const noexcept {
+  return RecordsHold<HashedIdentity>(args);
+}
+
 bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
   if (arg_count_ >= 0 && static_cast<int64_t>(num_args) != arg_count_) return false;
   if (num_args < min_args_) return false;
@@ -866,7 +870,8 @@ bool HitCheck::Check(const c10::IValue* args, size_t num_args) const noexcept {
       if (!RecordsHold<PairwiseIdentity>(args)) return false;
       break;
     case kHashedRecordIdentity:
-      if (!RecordsHold<HashedIdentity>(args)) return false;
+      // Out of line: the table's kilobyte of stack stays out of the other paths' frame.
+      if (!RecordsHoldHashed(args)) return false;
       break;
     default:
       if (!RecordsHold<NoIdentity>(args)) return false;

@@ -153,6 +153,7 @@ class HitCheck {
   // Every record, then the identity set's verdict.
   template <class Identity>
   bool RecordsHold(const c10::IValue* args) const noexcept;
+  bool RecordsHoldHashed(const c10::IValue* args) const noexcept;
   ptrdiff_t window_offset_ = 0;  // of the metadata window in a TensorImpl
   uint64_t window_mask_ = 0;     // its bits that are compared
   int64_t arg_count_ = -1;   // -1: not guarded
