@@ -13,7 +13,6 @@ namespace warden {
 namespace {
 
 using tracer::Graph;
-using tracer::ValueId;
 
 class ReplayArtifact final : public Artifact {
  public:
@@ -36,16 +35,7 @@ class ReplayArtifact final : public Artifact {
       steps_.back().below_autograd = below[n.index];
       if (simple.pass[n.index]) steps_.back().pass_through = steps_.back().args.at(0).slot;
     }
-    for (ValueId id : g.outputs) {
-      if (id == tracer::kNoValue) {
-        outputs_.Add(-1, -1, at::Tensor());  // undefined tensor
-      } else if (g.value(id).kind == tracer::ValueKind::kConstant) {
-        outputs_.Add(-1, -1, g.value(id).constant);
-      } else {
-        outputs_.Add(slots.Slot(id), g.value(id).kind == tracer::ValueKind::kInput ? g.value(id).arg_index : -1,
-                     at::Tensor());
-      }
-    }
+    outputs_ = codegen::OutputList(g, slots);
     num_slots_ = slots.num_slots();
     PlanReleases();
   }

@@ -449,17 +449,26 @@ bool RunOpStepInMode(const OpStep& s, std::vector<c10::IValue>& slots, torch::ji
 }
 }  // namespace
 
+OutputList::OutputList(const tracer::Graph& graph, SlotMap& slots) {
+  for (tracer::ValueId id : graph.outputs) {
+    if (id == tracer::kNoValue) {
+      Add(-1, -1, at::Tensor());
+    } else if (graph.value(id).kind == tracer::ValueKind::kConstant) {
+      Add(-1, -1, graph.value(id).constant);
+    } else {
+      Add(slots.Slot(id), graph.value(id).kind == tracer::ValueKind::kInput ? graph.value(id).arg_index : -1,
+          at::Tensor());
+    }
+  }
+}
+
 void OutputList::Add(int slot, int arg, at::Tensor constant) {
   for (Source& earlier : sources_) {
     if (slot >= 0 && earlier.slot == slot) earlier.last_reader = false;
   }
+  // args_ grows only while every output so far is an argument (all_args() compares the counts).
+  if (arg >= 0 && args_.size() == sources_.size()) args_.push_back(arg);
   sources_.push_back({slot, slot >= 0, slot >= 0 ? at::Tensor() : std::move(constant)});
-  only_args_ = only_args_ && arg >= 0;
-  if (only_args_) {
-    args_.push_back(arg);
-  } else {
-    args_.clear();
-  }
 }
 
 std::vector<int> OutputList::slots() const {

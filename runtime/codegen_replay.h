@@ -225,9 +225,10 @@ std::vector<std::vector<int>> PlanReleases(int num_slots, const std::vector<std:
 // per element.
 class OutputList {
  public:
-  // In output order: a value's slot, or -1 for `constant` (a captured tensor, or undefined). `arg`:
-  // the argument the value is, or -1.
-  void Add(int slot, int arg, at::Tensor constant);
+  OutputList() = default;
+  // The graph's outputs, in order: a value's slot (requested from `slots`), a constant, or
+  // undefined.
+  OutputList(const tracer::Graph& graph, SlotMap& slots);
   // The outputs from the run's slots (moved out of each slot's last reader).
   void FromSlots(std::vector<c10::IValue>& slots, std::vector<at::Tensor>* out) const {
     out->clear();
@@ -248,10 +249,12 @@ class OutputList {
   void FromArgs(const std::vector<c10::IValue>& args, std::vector<at::Tensor>* out) const {
     out->assign(ArgTensors{args.data(), args_.data()}, ArgTensors{args.data(), args_.data() + args_.size()});
   }
-  size_t size() const { return sources_.size(); }
   std::vector<int> slots() const;
 
  private:
+  // A value's slot, or -1 for `constant` (a captured tensor, or undefined); `arg`: the argument the
+  // value is, or -1.
+  void Add(int slot, int arg, at::Tensor constant);
   struct Source {
     int slot = -1;
     bool last_reader = false;  // no later output reads the slot
@@ -280,8 +283,7 @@ class OutputList {
     bool operator!=(const ArgTensors& o) const { return index != o.index; }
   };
   std::vector<Source> sources_;
-  std::vector<int> args_;  // the outputs' arguments while every output so far is one
-  bool only_args_ = true;
+  std::vector<int> args_;  // the outputs' arguments, as long as every output so far is one
 };
 
 // The per-run buffers of a replaying artifact: a slot array of `num_slots` values and a stack,

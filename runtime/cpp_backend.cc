@@ -245,15 +245,7 @@ class CppArtifact final : public CodegenArtifact {
       i = r.nodes.back() + 1;
     }
     num_slots_ = slots.num_slots();
-    for (ValueId id : g.outputs) {
-      if (id == tracer::kNoValue) {
-        outputs_.Add(-1, -1, at::Tensor());
-      } else if (g.value(id).kind == tracer::ValueKind::kConstant) {
-        outputs_.Add(-1, -1, g.value(id).constant);
-      } else {
-        outputs_.Add(slots.Slot(id), -1, at::Tensor());
-      }
-    }
+    outputs_ = codegen::OutputList(g, slots);
     // Note [Release after last use] in runtime/codegen_replay.h. A kernel step uses its inputs and
     // outputs, and everything the ops of its region use (its fallback runs them).
     std::vector<std::vector<int>> uses(steps_.size());
