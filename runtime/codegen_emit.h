@@ -68,9 +68,9 @@ bool FullShaped(ReductionKind k);
 std::string ReductionSource(const tracer::Graph& g, const PointwiseRegion& r);
 
 // codegen_program.cc (Note [Straight-line programs]).
-// The programs of `g`; their `function` names are left empty.
+// The programs of `g`; their `function` names are left empty. No node `reserved` joins one.
 std::vector<ProgramRegion> PlanPrograms(const tracer::Graph& g, const std::vector<bool>& symbolic_shape,
-                                        const std::vector<bool>& history_free);
+                                        const std::vector<bool>& history_free, const std::vector<bool>& reserved);
 std::string ProgramSource(const tracer::Graph& g, const ProgramRegion& p);
 
 }  // namespace warden::codegen::emit

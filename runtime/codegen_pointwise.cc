@@ -842,9 +842,9 @@ bool LoneSoftmaxForATen(const PointwiseRegion& r) {
 }  // namespace
 
 PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_shape,
-                            const std::vector<bool>& history_free) {
+                            const std::vector<bool>& history_free, const std::vector<bool>& reserved) {
   PointwisePlan plan;
-  plan.programs = emit::PlanPrograms(g, symbolic_shape, history_free);
+  plan.programs = emit::PlanPrograms(g, symbolic_shape, history_free, reserved);
   std::vector<bool> in_program(g.nodes.size(), false);
   for (size_t p = 0; p < plan.programs.size(); ++p) {
     plan.programs[p].function = absl::StrCat("warden_program_", p);
@@ -872,7 +872,7 @@ PointwisePlan PlanPointwise(const Graph& g, const std::vector<bool>& symbolic_sh
   PointwiseRegion* epilogue = nullptr;  // a reduction region whose epilogue nodes may follow
   std::vector<int64_t> epilogue_shape;
   for (const Node& n : g.nodes) {
-    if (in_program[n.index]) {
+    if (in_program[n.index] || (static_cast<size_t>(n.index) < reserved.size() && reserved[n.index])) {
       open = epilogue = nullptr;
       continue;
     }

@@ -240,9 +240,10 @@ std::string FusionBlocker(const tracer::Graph& graph, const tracer::Node& node);
 // The programs (Note [Straight-line programs]) and regions (Note [Pointwise regions]) of `graph`
 // and their source. `symbolic_shape[id]` is true where value id's sizes may differ from the traced
 // ones at run time (CompileContext); missing entries are static. `history_free`: per node, Note
-// [History-free nodes] (missing: false).
+// [History-free nodes] (missing: false). `reserved`: per node, taken by another kernel (Note [Conv
+// epilogues] in runtime/native_conv.cc) and in no program or region (missing: false).
 PointwisePlan PlanPointwise(const tracer::Graph& graph, const std::vector<bool>& symbolic_shape = {},
-                            const std::vector<bool>& history_free = {});
+                            const std::vector<bool>& history_free = {}, const std::vector<bool>& reserved = {});
 
 // The ops the fuser knows, for documentation and tests ("aten::add.Tensor", ...).
 std::vector<std::string> FusibleOps();

@@ -548,13 +548,14 @@ std::string Loads(const Graph& g, const Sim& s, const std::vector<ValueId>& valu
 }  // namespace
 
 std::vector<ProgramRegion> PlanPrograms(const Graph& g, const std::vector<bool>& symbolic_shape,
-                                        const std::vector<bool>& history_free) {
+                                        const std::vector<bool>& history_free, const std::vector<bool>& reserved) {
   const int count = static_cast<int>(g.nodes.size());
   std::vector<Classified> cls(count);
   std::vector<bool> ok(count, false);
   for (int i = 0; i < count; ++i) {
     const bool free = static_cast<size_t>(i) < history_free.size() && history_free[i];
-    ok[i] = Blocker(g, g.nodes[i], symbolic_shape, free, &cls[i]).empty();
+    ok[i] = Blocker(g, g.nodes[i], symbolic_shape, free, &cls[i]).empty() &&
+            !(static_cast<size_t>(i) < reserved.size() && reserved[i]);
   }
   std::vector<int> last_user;
   std::vector<bool> returned;

@@ -32,6 +32,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/codegen_replay.h"
+#include "runtime/native_kernels.h"
 #include "tracer/status.h"
 
 namespace warden {
@@ -146,7 +147,7 @@ struct ProgramStep {
 class CppArtifact final : public CodegenArtifact {
  public:
   CppArtifact(std::shared_ptr<const Graph> graph, codegen::PointwisePlan plan,
-              std::shared_ptr<const codegen::KernelLibrary> library)
+              std::vector<codegen::native::ConvGroup> conv_groups, std::shared_ptr<const codegen::KernelLibrary> library)
       : graph_(std::move(graph)), plan_(std::move(plan)), library_(std::move(library)) {
     const Graph& g = *graph_;
     codegen::SlotMap slots(g);
@@ -172,10 +173,34 @@ class CppArtifact final : public CodegenArtifact {
       if (!fused[n.index]) codegen::SetNative(&ops_.back());  // Note [Native kernels]
     }
 
+    // Note [Conv epilogues] in runtime/native_conv.cc: a group runs where its last node was.
+    std::vector<int> group_of(g.nodes.size(), -1);
+    for (const codegen::native::ConvGroup& cg : conv_groups) {
+      ConvGroupStep step;
+      step.nodes = cg.nodes;
+      step.conv = cg.nodes.front();
+      if (cg.batch_norm >= 0) step.epilogue.batch_norm = &ops_[cg.batch_norm];
+      if (cg.add >= 0) step.epilogue.residual = &ops_[cg.add].args.at(cg.residual_arg);
+      step.epilogue.relu = cg.relu >= 0;
+      step.out_slot = ops_[cg.nodes.back()].returns.at(0).slots.at(0);
+      step.no_grad = true;
+      for (int node : cg.nodes) {
+        step.no_grad = step.no_grad && ops_[node].no_grad;
+        group_of[node] = static_cast<int>(conv_groups_.size());
+      }
+      conv_groups_.push_back(std::move(step));
+    }
     std::vector<int> region_at(g.nodes.size(), -1), program_at(g.nodes.size(), -1);
     for (size_t r = 0; r < plan_.regions.size(); ++r) region_at[plan_.regions[r].nodes.front()] = r;
     for (size_t p = 0; p < plan_.programs.size(); ++p) program_at[plan_.programs[p].nodes.front()] = p;
     for (size_t i = 0; i < g.nodes.size();) {
+      if (group_of[i] >= 0) {
+        if (static_cast<int>(i) == conv_groups_[group_of[i]].nodes.back()) {
+          steps_.push_back({Step::kConvGroup, group_of[i]});
+        }
+        ++i;
+        continue;
+      }
       if (program_at[i] >= 0) {
         const codegen::ProgramRegion& p = plan_.programs[program_at[i]];
         ProgramStep ps;
@@ -254,6 +279,10 @@ class CppArtifact final : public CodegenArtifact {
         codegen::AddSlotsOf(ops_[steps_[i].index], &uses[i]);
         continue;
       }
+      if (steps_[i].kind == Step::kConvGroup) {
+        for (int op : conv_groups_[steps_[i].index].nodes) codegen::AddSlotsOf(ops_[op], &uses[i]);
+        continue;
+      }
       if (steps_[i].kind == Step::kProgram) {
         const ProgramStep& p = programs_[steps_[i].index];
         for (const TracedInput& in : p.inputs) uses[i].push_back(in.slot);
@@ -290,8 +319,20 @@ class CppArtifact final : public CodegenArtifact {
   int programs() const override { return static_cast<int>(plan_.programs.size()); }
   std::vector<std::string> native_kernels() const override {
     std::vector<std::string> out;
+    std::vector<bool> grouped(ops_.size(), false);
+    for (const ConvGroupStep& cg : conv_groups_) {
+      // "aten::conv2d at %13 + batch_norm + add_ + relu": Note [Conv epilogues].
+      std::string text = absl::StrCat(ops_[cg.conv].name, " at %", cg.conv);
+      for (size_t k = 1; k < cg.nodes.size(); ++k) {
+        std::string op = ops_[cg.nodes[k]].name;
+        op = op.substr(op.find("::") + 2);
+        absl::StrAppend(&text, " + ", op.substr(0, op.find('.')));
+      }
+      out.push_back(std::move(text));
+      for (int node : cg.nodes) grouped[node] = true;
+    }
     for (const codegen::OpStep& s : ops_) {
-      if (s.native != nullptr) out.push_back(absl::StrCat(s.name, " at %", s.index));
+      if (s.native != nullptr && !grouped[s.index]) out.push_back(absl::StrCat(s.name, " at %", s.index));
     }
     return out;
   }
@@ -308,6 +349,8 @@ class CppArtifact final : public CodegenArtifact {
       const Step& s = steps_[i];
       if (s.kind == Step::kOp) {
         if (!codegen::RunOpStep(ops_[s.index], slots, scratch.stack(), value_guard_failure)) return false;
+      } else if (s.kind == Step::kConvGroup) {
+        if (!RunConvGroup(conv_groups_[s.index], slots, scratch, value_guard_failure)) return false;
       } else if (s.kind == Step::kProgram) {
         const ProgramStep& p = programs_[s.index];
         if (!RunProgram(p, slots) && !Replay(p.first_op, p.end_op, slots, scratch, value_guard_failure)) return false;
@@ -323,9 +366,34 @@ class CppArtifact final : public CodegenArtifact {
 
  private:
   struct Step {
-    enum Kind : uint8_t { kOp, kKernel, kProgram } kind;
-    int index;  // into ops_, kernels_ or programs_
+    enum Kind : uint8_t { kOp, kKernel, kProgram, kConvGroup } kind;
+    int index;  // into ops_, kernels_, programs_ or conv_groups_
   };
+  // Note [Conv epilogues] in runtime/native_conv.cc.
+  struct ConvGroupStep {
+    std::vector<int> nodes;  // their steps, run one by one when the fused kernel declines
+    int conv = 0;
+    codegen::native::ConvEpilogue epilogue;  // points into ops_
+    int out_slot = -1;
+    bool no_grad = false;  // every node history-free: runs with grad mode off, as their steps would
+  };
+  std::vector<ConvGroupStep> conv_groups_;
+
+  bool RunConvGroup(const ConvGroupStep& cg, std::vector<c10::IValue>& slots, codegen::RunScratch& scratch,
+                    std::string* value_guard_failure) const {
+    bool fused;
+    if (cg.no_grad && c10::GradMode::is_enabled()) {
+      c10::AutoGradMode off(false);
+      fused = codegen::native::NativeConvFused(ops_[cg.conv], cg.epilogue, cg.out_slot, slots);
+    } else {
+      fused = codegen::native::NativeConvFused(ops_[cg.conv], cg.epilogue, cg.out_slot, slots);
+    }
+    if (fused) return true;
+    for (int op : cg.nodes) {
+      if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
+    }
+    return true;
+  }
   std::vector<std::vector<int>> releases_;  // per step: slots cleared after it
 
   // The region shape and kernel params of a symbolic region's run-time inputs, or false (Note
@@ -528,8 +596,14 @@ class CppBackend final : public Backend {
     for (const tracer::Node& n : graph->nodes) {
       if (!n.handle) return absl::InternalError(absl::StrCat("node %", n.index, " has no operator"));
     }
-    codegen::PointwisePlan plan =
-        codegen::PlanPointwise(*graph, context.symbolic_shape, codegen::HistoryFreeNodes(*graph));
+    const std::vector<bool> history_free = codegen::HistoryFreeNodes(*graph);
+    // Note [Conv epilogues] in runtime/native_conv.cc: the nodes of a group join no program or region.
+    std::vector<codegen::native::ConvGroup> conv_groups = codegen::native::PlanConvEpilogues(*graph, history_free);
+    std::vector<bool> reserved(graph->nodes.size(), false);
+    for (const codegen::native::ConvGroup& cg : conv_groups) {
+      for (int node : cg.nodes) reserved[node] = true;
+    }
+    codegen::PointwisePlan plan = codegen::PlanPointwise(*graph, context.symbolic_shape, history_free, reserved);
     const bool native = std::any_of(graph->nodes.begin(), graph->nodes.end(),
                                     [](const tracer::Node& n) { return codegen::MayRunNative(n); });
     if (plan.regions.empty() && plan.programs.empty() && !native) {
@@ -546,7 +620,8 @@ class CppBackend final : public Backend {
       for (const codegen::ProgramRegion& p : plan.programs) kernels.push_back(p.function);
       ASSIGN_OR_RETURN(library, codegen::LoadKernels(plan.source, kernels));
     }
-    return std::unique_ptr<Artifact>(new CppArtifact(std::move(graph), std::move(plan), std::move(library)));
+    return std::unique_ptr<Artifact>(
+        new CppArtifact(std::move(graph), std::move(plan), std::move(conv_groups), std::move(library)));
   }
 };
 

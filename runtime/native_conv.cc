@@ -38,6 +38,35 @@
 // (Products: a DCGAN layer's input may be one pixel), then added at their output pixels
 // (Scatter: o-vectors into an [oh][ow][o] buffer, transposed out with the bias; fewer than 8
 // output channels plane by plane).
+//
+// Note [Conv epilogues]
+// A convolution of a small image model is rarely the last op of its layer: an eval-mode batch_norm,
+// a residual add and a relu follow it (ResNet blocks: relu(bn(conv(x)) + shortcut); the CNN and
+// DCGAN: relu(bn(conv(x)))). Run separately, each rereads and rewrites the whole output. On backend
+// "cpp" PlanConvEpilogues takes, after a conv2d or conv_transpose2d.input step whose traced shapes
+// the kernel above accepts, a chain of at most: aten::batch_norm with training=false, running
+// statistics and float32 [O] parameters; aten::add.Tensor / add_.Tensor with alpha 1 and a float32
+// operand of the output's sizes (the residual; either operand of add); aten::relu / relu_. Each
+// link reads the previous link's value, which nothing else reads and the function does not return.
+// The group becomes one step at its last node's position (its inputs all exist by then), so no node
+// between its first and last may write in place; its nodes join no program or region.
+// On each call NativeConvFused:
+//   - folds the batch_norm from the call's parameters and running statistics, never from values
+//     seen at compile time (an optimizer step, load_state_dict or a train-mode call changes them
+//     in place, and the captured-tensor guards check metadata, not values): alpha = weight /
+//     sqrt(var + eps) and beta = bias - mean * alpha, as ATen's eval kernel computes them; the
+//     packed weights are weight * alpha and the bias conv_bias * alpha + beta;
+//   - adds the residual and applies relu as the accumulators are stored (max(0, NaN) is NaN, as
+//     in ATen's relu);
+//   - makes the kernel's own checks, and on top: the batch_norm's tensors and the residual plain
+//     dense float32 CPU tensors of the right sizes, no gradient wanted of any of them, alpha, beta
+//     and the folded bias finite, and largest |weight| * largest |alpha| below FLT_MAX (so no
+//     folded weight overflows where eager's unscaled products might not).
+// When any check fails, the group's steps run one by one (the convolution's own native kernel
+// included), as without the group. Results: eager's sizes and strides; values within float rounding
+// of eager's (the fold rounds weight * alpha once where eager rounds the convolution's sum, then
+// scales it), as for the kernel alone. explain() lists a group as "aten::conv2d at %13 +
+// batch_norm + add_ + relu".
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -46,6 +75,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -107,6 +137,8 @@ struct Conv {
   const int* vlanes;     // [vectors]: its valid lanes (8 but at a row's end)
   int64_t vectors;       // oh * ceil(ow / 8)
   float* out;            // [n][o][oh][ow]
+  const float* residual = nullptr;  // Note [Conv epilogues]: added at the store, [n][o][oh][ow]
+  bool relu = false;                // then max(0, .), NaN kept
 };
 
 template <int kTile>
@@ -131,10 +163,17 @@ C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb,
   const int64_t plane = cv.oh * cv.ow;
   for (int j = 0; j < valid; ++j) {
     float* dst = out_plane0 + j * plane;
+    const float* res = cv.residual != nullptr ? cv.residual + (out_plane0 - cv.out) + j * plane : nullptr;
     for (int v = 0; v < kTile; ++v) {
       float lanes[kLanes];
       Store(lanes, acc[j][v]);
-      std::memcpy(dst + cv.vdst[v0 + v], lanes, cv.vlanes[v0 + v] * sizeof(float));
+      const int64_t at = cv.vdst[v0 + v];
+      const int count = cv.vlanes[v0 + v];
+      for (int l = 0; l < count; ++l) {
+        if (res != nullptr) lanes[l] += res[at + l];
+        if (cv.relu && lanes[l] < 0.0f) lanes[l] = 0.0f;  // NaN stays NaN, as in ATen's relu
+      }
+      std::memcpy(dst + at, lanes, count * sizeof(float));
     }
   }
 }
@@ -177,6 +216,25 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const Co
     }
   }
   const int64_t plane = cv.oh * cv.ow;
+  // Note [Conv epilogues]: the residual, then relu. max_ps returns its second operand when either
+  // is NaN, so max(0, NaN) is NaN as in ATen's relu.
+  if (cv.residual != nullptr || cv.relu) {
+    const float* res0 = cv.residual != nullptr ? cv.residual + (out_plane0 - cv.out) : nullptr;
+#pragma GCC unroll 4
+    for (int j = 0; j < kBlock; ++j) {
+      if (j >= valid) break;  // no such channel: nothing to read or store
+#pragma GCC unroll 2
+      for (int v = 0; v < kTile; ++v) {
+        if (res0 != nullptr) {
+          const float* res = res0 + j * plane + cv.vdst[v0 + v];
+          const __m256 r = cv.vlanes[v0 + v] == kLanes ? _mm256_loadu_ps(res)
+                                                       : _mm256_maskload_ps(res, LaneMask(cv.vlanes[v0 + v]));
+          acc[j][v] = _mm256_add_ps(acc[j][v], r);
+        }
+        if (cv.relu) acc[j][v] = _mm256_max_ps(_mm256_setzero_ps(), acc[j][v]);
+      }
+    }
+  }
   // Constant indices only, so that acc never needs an address.
 #pragma GCC unroll 4
   for (int j = 0; j < kBlock; ++j) {
@@ -232,6 +290,53 @@ void RunConv(const Conv& cv) {
       TaskBaseline(cv, i / blocks, i % blocks);
     }
   });
+}
+
+// The largest magnitude among a contiguous float32 tensor's elements, as the bits of its absolute
+// value: kNonFinite or more when some element is infinite or NaN. Runs on every call over every
+// weight (a DCGAN generator's are ~16 thousand floats), so it works on the bits eight at a time (a
+// scalar isfinite loop took ~10 us of a 16 us call at batch 1): for finite floats the order of
+// the absolute values' bits as integers is the order of the magnitudes, and infinities and NaNs
+// come after every finite one.
+constexpr uint32_t kNonFinite = 0x7f800000u;
+C10_ALWAYS_INLINE uint32_t MaxAbsBitsBody(const float* p, int64_t n) {
+  typedef uint32_t U8 __attribute__((vector_size(32)));
+  U8 most = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    U8 bits;
+    std::memcpy(&bits, p + i, sizeof(bits));
+    bits &= 0x7fffffffu;
+    most = most > bits ? most : bits;
+  }
+  uint32_t out = 0;
+  for (int l = 0; l < kLanes; ++l) out = std::max(out, most[l]);
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof(bits));
+    out = std::max(out, bits & 0x7fffffffu);
+  }
+  return out;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const float* p, int64_t n) { return MaxAbsBitsBody(p, n); }
+#endif
+uint32_t MaxAbsBitsBaseline(const float* p, int64_t n) { return MaxAbsBitsBody(p, n); }
+
+// Every weight finite: their largest magnitude, or a negative number.
+float FiniteMaxAbs(const at::Tensor& t) {
+  const float* p = t.data_ptr<float>();
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const uint32_t bits = avx2 ? MaxAbsBitsAvx2(p, t.numel()) : MaxAbsBitsBaseline(p, t.numel());
+#else
+  const uint32_t bits = MaxAbsBitsBaseline(p, t.numel());
+#endif
+  if (bits >= kNonFinite) return -1.0f;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
 }
 
 // A contiguous NCHW float32 plain CPU tensor with no forward gradient.
@@ -297,9 +402,10 @@ bool NoGradWanted(std::initializer_list<const at::Tensor*> tensors) {
 
 // The convolution cv describes (sizes, stride, padding, dilation and output sizes set) of x
 // [n][c][h][w] into out [n][o][oh][ow]: weight (oc, tap) at wsrc[oc * w_oc + tap * w_tap], taps in
-// (c, kh, kw) order; bsrc null or [o].
+// (c, kh, kw) order; bsrc null or [o]; scale null or [o], the weights' factor per output channel
+// (a batch_norm folded in, Note [Conv epilogues]).
 void RunDirect(Conv* cv, const float* xsrc, const float* wsrc, int64_t w_oc, int64_t w_tap, const float* bsrc,
-               float* out) {
+               const float* scale, float* out) {
   cv->taps = cv->c * cv->kh * cv->kw;
   const int64_t blocks = (cv->o + kBlock - 1) / kBlock;
   const int64_t row_vectors = (cv->ow + kLanes - 1) / kLanes;
@@ -326,7 +432,12 @@ void RunDirect(Conv* cv, const float* xsrc, const float* wsrc, int64_t w_oc, int
       continue;
     }
     const float* row = wsrc + oc * w_oc;
-    for (int64_t t = 0; t < cv->taps; ++t) dst[t * kBlock] = row[t * w_tap];
+    if (scale == nullptr) {
+      for (int64_t t = 0; t < cv->taps; ++t) dst[t * kBlock] = row[t * w_tap];
+    } else {
+      const float s = scale[oc];
+      for (int64_t t = 0; t < cv->taps; ++t) dst[t * kBlock] = row[t * w_tap] * s;
+    }
   }
   std::fill(bias, bias + blocks * kBlock, 0.0f);
   if (bsrc != nullptr) std::memcpy(bias, bsrc, cv->o * sizeof(float));
@@ -507,7 +618,29 @@ struct Scatter {
   const float* bias;  // [o] or null
   float* out;         // [n][o][oh][ow]
   float* nhwc;        // [n][oh][ow][o] scratch
+  const float* residual = nullptr;  // Note [Conv epilogues]: added at the end, [n][o][oh][ow]
+  bool relu = false;                // then max(0, .), NaN kept
 };
+
+// Note [Conv epilogues]: a finished output plane plus its residual plane, then relu.
+C10_ALWAYS_INLINE float Epilogue(float v, const float* res, bool relu) {
+  if (res != nullptr) v += *res;
+  return relu && v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in ATen's relu
+}
+C10_ALWAYS_INLINE void PlaneEpilogue(const Scatter& sc, int64_t offset, int64_t count) {
+  if (sc.residual == nullptr && !sc.relu) return;
+  float* out = sc.out + offset;
+  const float* res = sc.residual != nullptr ? sc.residual + offset : nullptr;
+  int64_t q = 0;
+  const F8 zero = Splat(0.0f);
+  for (; q + kLanes <= count; q += kLanes) {
+    F8 v = Load(out + q);
+    if (res != nullptr) v += Load(res + q);
+    if (sc.relu) v = v < zero ? zero : v;
+    Store(out + q, v);
+  }
+  for (; q < count; ++q) out[q] = Epilogue(out[q], res != nullptr ? res + q : nullptr, sc.relu);
+}
 
 C10_ALWAYS_INLINE void AddRow(float* dst, const float* src, int64_t count) {
   int64_t i = 0;
@@ -518,7 +651,7 @@ C10_ALWAYS_INLINE void AddRow(float* dst, const float* src, int64_t count) {
 }
 
 // Fewer channels than a vector: plane by plane, each (kh, kw) column added along output rows.
-void ScatterPlanes(const Scatter& sc, int64_t img) {
+C10_ALWAYS_INLINE void ScatterPlanes(const Scatter& sc, int64_t img) {
   const int64_t o = sc.o, plane = sc.oh * sc.ow;
   const float* cols = sc.cols + img * sc.h * sc.w * sc.mp;
   for (int64_t oc = 0; oc < o; ++oc) {
@@ -540,6 +673,7 @@ void ScatterPlanes(const Scatter& sc, int64_t img) {
         }
       }
     }
+    PlaneEpilogue(sc, (img * o + oc) * plane, plane);
   }
 }
 
@@ -570,7 +704,12 @@ C10_ALWAYS_INLINE void ScatterImageBody(const Scatter& sc, int64_t img) {
   for (int64_t oc = 0; oc < o; ++oc) {
     const float b = sc.bias != nullptr ? sc.bias[oc] : 0.0f;
     float* dst = out + oc * plane;
-    for (int64_t q = 0; q < plane; ++q) dst[q] = nhwc[q * o + oc] + b;
+    if (sc.residual == nullptr && !sc.relu) {
+      for (int64_t q = 0; q < plane; ++q) dst[q] = nhwc[q * o + oc] + b;
+      continue;
+    }
+    const float* res = sc.residual != nullptr ? sc.residual + (img * o + oc) * plane : nullptr;
+    for (int64_t q = 0; q < plane; ++q) dst[q] = Epilogue(nhwc[q * o + oc] + b, res != nullptr ? res + q : nullptr, sc.relu);
   }
 }
 
@@ -616,42 +755,6 @@ bool Geometry(const int64_t* stride, const int64_t* padding, const int64_t* dila
   return true;
 }
 
-// Every element of a contiguous float32 tensor finite. Runs on every call over every weight (a
-// DCGAN generator's are ~16 thousand floats), so it tests the exponent bits eight at a time: the
-// scalar isfinite loop took ~10 us of a 16 us call at batch 1.
-C10_ALWAYS_INLINE bool AllFiniteBody(const float* p, int64_t n) {
-  constexpr uint32_t kExponent = 0x7f800000u;  // all ones: infinity or NaN
-  typedef uint32_t U8 __attribute__((vector_size(32)));
-  U8 bad = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    U8 bits;
-    std::memcpy(&bits, p + i, sizeof(bits));
-    bad |= (bits & kExponent) == kExponent;
-  }
-  uint32_t any = 0;
-  for (int l = 0; l < kLanes; ++l) any |= bad[l];
-  for (; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, sizeof(bits));
-    any |= (bits & kExponent) == kExponent;
-  }
-  return any == 0;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) bool AllFiniteAvx2(const float* p, int64_t n) { return AllFiniteBody(p, n); }
-#endif
-bool AllFiniteBaseline(const float* p, int64_t n) { return AllFiniteBody(p, n); }
-
-bool AllFinite(const at::Tensor& t) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return AllFiniteAvx2(t.data_ptr<float>(), t.numel());
-#endif
-  return AllFiniteBaseline(t.data_ptr<float>(), t.numel());
-}
-
 bool OneGroup(const OpStepArg& groups) {
   return groups.kind == OpStepArg::Kind::kConstant && groups.constant.isInt() && groups.constant.toInt() == 1;
 }
@@ -673,47 +776,229 @@ bool Conv2dParams(const OpStep& s, std::vector<int64_t>* params) {
   return true;
 }
 
-bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
-  at::Tensor x, w, b;
-  if (!Operands(s, slots, &x, &w, &b)) return false;
-  Conv cv;
-  cv.n = x.size(0);
-  cv.c = x.size(1);
-  cv.h = x.size(2);
-  cv.w = x.size(3);
-  cv.o = w.size(0);
-  cv.kh = w.size(2);
-  cv.kw = w.size(3);
-  const std::vector<int64_t>& p = s.native_params;
-  cv.sh = p[0];
-  cv.sw = p[1];
-  cv.ph = p[2];
-  cv.pw = p[3];
-  cv.dh = p[4];
-  cv.dw = p[5];
-  if (cv.n <= 0 || cv.c <= 0 || cv.h <= 0 || cv.w <= 0 || cv.o <= 0 || cv.kh <= 0 || cv.kw <= 0) return false;
-  if (w.size(1) != cv.c || (b.defined() && b.size(0) != cv.o)) return false;
-  if (cv.o > kMaxOutChannels || cv.c * cv.kh * cv.kw > kMaxReduction) return false;
+namespace {
+
+// A conv2d's shapes from its input and weight sizes and native_params (sh, sw, ph, pw, dh, dw);
+// false where ATen raises or beyond the kernel's limits (Note [Native convolution]).
+bool Conv2dShape(c10::IntArrayRef xs, c10::IntArrayRef ws, const std::vector<int64_t>& p, Conv* cv) {
+  if (xs.size() != 4 || ws.size() != 4 || p.size() != 6) return false;
+  cv->n = xs[0];
+  cv->c = xs[1];
+  cv->h = xs[2];
+  cv->w = xs[3];
+  cv->o = ws[0];
+  cv->kh = ws[2];
+  cv->kw = ws[3];
+  cv->sh = p[0];
+  cv->sw = p[1];
+  cv->ph = p[2];
+  cv->pw = p[3];
+  cv->dh = p[4];
+  cv->dw = p[5];
+  if (cv->n <= 0 || cv->c <= 0 || cv->h <= 0 || cv->w <= 0 || cv->o <= 0 || cv->kh <= 0 || cv->kw <= 0) return false;
+  if (ws[1] != cv->c) return false;
+  if (cv->o > kMaxOutChannels || cv->c * cv->kh * cv->kw > kMaxReduction) return false;
   // One output channel: LibTorch 1.13's oneDNN path sometimes returns it with channel stride 1
   // (channels-last to suggest_memory_format, which the next convolution then follows), in a way
   // this kernel cannot predict.
-  if (cv.o == 1) return false;
-  if (!OutputSizes(&cv)) return false;  // ATen raises
-  if (PaddedFloats(cv) > kMaxPaddedFactor * static_cast<double>(x.numel() + cv.n * cv.o * cv.oh * cv.ow) + kPaddedSlack) {
+  if (cv->o == 1) return false;
+  if (!OutputSizes(cv)) return false;  // ATen raises
+  const double x_numel = static_cast<double>(cv->n) * cv->c * cv->h * cv->w;
+  if (PaddedFloats(*cv) > kMaxPaddedFactor * (x_numel + static_cast<double>(cv->n) * cv->o * cv->oh * cv->ow) + kPaddedSlack) {
     return false;  // mostly padding (a large padding or stride): the buffer would dwarf the work
   }
-  const bool wide = cv.c >= kWideChannels && cv.o >= kWideChannels;
-  if (Work(cv) > static_cast<double>(wide ? kMaxWideWork : kMaxWork)) return false;
-  if (!NoGradWanted({&x, &w, &b})) return false;
-  // A padded position multiplies its weight by zero: refuse non-finite weights.
-  if (!AllFinite(w)) return false;
-  const float* wsrc = w.data_ptr<float>();
-  CountCall();
-  at::Tensor out = at::empty({cv.n, cv.o, cv.oh, cv.ow}, x.options());
-  RunDirect(&cv, x.data_ptr<float>(), wsrc, cv.c * cv.kh * cv.kw, 1, b.defined() ? b.data_ptr<float>() : nullptr,
-            out.data_ptr<float>());
-  slots[s.returns[0].slots[0]] = std::move(out);
+  const bool wide = cv->c >= kWideChannels && cv->o >= kWideChannels;
+  return Work(*cv) <= static_cast<double>(wide ? kMaxWideWork : kMaxWork);
+}
+
+// A transposed convolution's shapes (native_params sh, sw, ph, pw, oph, opw, dh, dw); false where
+// ATen raises or beyond the kernel's limits.
+struct Transposed {
+  Products g;
+  int64_t h, wd, o, kh, kw, oh, ow;
+};
+bool TransposedShape(c10::IntArrayRef xs, c10::IntArrayRef ws, const std::vector<int64_t>& p, Transposed* t) {
+  if (xs.size() != 4 || ws.size() != 4 || p.size() != 8) return false;
+  Products& g = t->g;
+  g.n = xs[0];
+  g.c = xs[1];
+  t->h = xs[2];
+  t->wd = xs[3];
+  t->o = ws[1];
+  t->kh = ws[2];
+  t->kw = ws[3];
+  if (g.n <= 0 || g.c <= 0 || t->h <= 0 || t->wd <= 0 || t->o <= 0 || t->kh <= 0 || t->kw <= 0 || ws[0] != g.c) {
+    return false;
+  }
+  t->oh = (t->h - 1) * p[0] - 2 * p[2] + p[6] * (t->kh - 1) + p[4] + 1;
+  t->ow = (t->wd - 1) * p[1] - 2 * p[3] + p[7] * (t->kw - 1) + p[5] + 1;
+  if (t->oh <= 0 || t->ow <= 0) return false;  // ATen raises
+  g.m = t->o * t->kh * t->kw;
+  g.pixels = t->h * t->wd;
+  if (g.c > kMaxReduction || g.m > kMaxTransposedColumns) return false;
+  if (static_cast<double>(g.n) * g.pixels * g.c * g.m > static_cast<double>(kMaxWork)) return false;
+  // An output far larger than the products (a large stride or dilation spreads them thin) is
+  // mostly zero-filling, which ATen does as well as this kernel.
+  return static_cast<double>(g.n) * t->o * t->oh * t->ow <=
+         kMaxPaddedFactor * static_cast<double>(g.n * g.pixels * g.m) + kPaddedSlack;
+}
+
+// One call's epilogue operands (Note [Conv epilogues]).
+struct EpilogueOperands {
+  const float* scale = nullptr;  // [o]: the batch_norm's alpha, the weights' factor
+  const float* bias = nullptr;   // [o]: the bias with the batch_norm folded in (bias * alpha + beta)
+  const float* residual = nullptr;
+  bool relu = false;
+};
+
+// A dense float32 [o] tensor (or an absent optional one).
+bool ChannelVector(const at::Tensor& t, int64_t o, bool optional) {
+  if (!t.defined()) return optional;
+  return Dense(t, 1) && t.size(0) == o;
+}
+
+// Resolves e for an output [n, o, oh, ow] of a convolution with bias `conv_bias` (null or [o]) and
+// weights of largest magnitude `weight_max`: the batch_norm's alpha and beta from this call's
+// parameters and running statistics (ATen's eval form: alpha = weight / sqrt(var + eps), beta = bias
+// - mean * alpha), folded into a factor of the weights and a new bias; the residual's data. False,
+// with nothing run, when a tensor is not of the kernel's form or wants a gradient, or a folded
+// weight or bias might not be finite (then the steps run one by one, as eager would).
+bool ResolveEpilogue(const ConvEpilogue& e, const std::vector<c10::IValue>& slots, int64_t n, int64_t o, int64_t oh,
+                     int64_t ow, const float* conv_bias, float weight_max, EpilogueOperands* out) {
+  out->relu = e.relu;
+  if (e.batch_norm != nullptr) {
+    const OpStep& bn = *e.batch_norm;
+    const at::Tensor weight = ArgTensor(bn.args[1], slots), bias = ArgTensor(bn.args[2], slots);
+    const at::Tensor mean = ArgTensor(bn.args[3], slots), var = ArgTensor(bn.args[4], slots);
+    if (!ChannelVector(weight, o, true) || !ChannelVector(bias, o, true) || !ChannelVector(mean, o, false) ||
+        !ChannelVector(var, o, false)) {
+      return false;
+    }
+    if (!NoGradWanted({&weight, &bias, &mean, &var})) return false;
+    const double eps = bn.args[7].constant.toDouble();
+    thread_local std::vector<float> fold;
+    fold.resize(static_cast<size_t>(2 * o));
+    float* scale = fold.data();
+    float* folded = scale + o;
+    const float* w = weight.defined() ? weight.data_ptr<float>() : nullptr;
+    const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
+    const float* m = mean.data_ptr<float>();
+    const float* v = var.data_ptr<float>();
+    double scale_max = 0;
+    bool finite = true;
+    for (int64_t c = 0; c < o; ++c) {
+      const float invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v[c]) + eps));
+      scale[c] = w != nullptr ? invstd * w[c] : invstd;
+      const float shift = (b != nullptr ? b[c] : 0.0f) - m[c] * scale[c];
+      folded[c] = (conv_bias != nullptr ? conv_bias[c] : 0.0f) * scale[c] + shift;
+      finite = finite && std::isfinite(scale[c]) && std::isfinite(shift) && std::isfinite(folded[c]);
+      scale_max = std::max(scale_max, static_cast<double>(std::fabs(scale[c])));
+    }
+    // Every folded weight finite: the largest product is at most weight_max * scale_max.
+    if (!finite || !(static_cast<double>(weight_max) * scale_max < std::numeric_limits<float>::max())) return false;
+    out->scale = scale;
+    out->bias = folded;
+  }
+  if (e.residual != nullptr) {
+    const at::Tensor r = ArgTensor(*e.residual, slots);
+    if (!r.defined() || !Dense(r, 4) || r.sizes() != c10::IntArrayRef({n, o, oh, ow})) return false;
+    if (!NoGradWanted({&r})) return false;
+    out->residual = r.data_ptr<float>();  // the tensor stays alive in its slot or constant
+  }
   return true;
+}
+
+// What both kernels check once their shapes are known (output [n, o, oh, ow]), and the call's
+// epilogue; *bias: the bias to add (e's folded one, the step's, or null). False to decline.
+bool Admit(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const ConvEpilogue* e,
+           const std::vector<c10::IValue>& slots, int64_t n, int64_t o, int64_t oh, int64_t ow, const float** bias,
+           EpilogueOperands* ep) {
+  if (b.defined() && b.size(0) != o) return false;
+  if (!NoGradWanted({&x, &w, &b})) return false;
+  // A padded position multiplies its weight by zero (and LibTorch 2.x's oneDNN deconvolution
+  // multiplies some weights by zeros it pads in: a stride of 3 or more, an output padding), so an
+  // infinite or NaN weight would make NaN where eager's does not: refuse them.
+  const float weight_max = FiniteMaxAbs(w);
+  if (weight_max < 0) return false;
+  *bias = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (e != nullptr && !ResolveEpilogue(*e, slots, n, o, oh, ow, *bias, weight_max, ep)) return false;
+  if (ep->bias != nullptr) *bias = ep->bias;
+  return true;
+}
+
+bool Conv2dCall(const OpStep& s, const ConvEpilogue* e, int out_slot, std::vector<c10::IValue>& slots) {
+  at::Tensor x, w, b;
+  if (!Operands(s, slots, &x, &w, &b)) return false;
+  Conv cv;
+  if (!Conv2dShape(x.sizes(), w.sizes(), s.native_params, &cv)) return false;
+  const float* bias = nullptr;
+  EpilogueOperands ep;
+  if (!Admit(x, w, b, e, slots, cv.n, cv.o, cv.oh, cv.ow, &bias, &ep)) return false;
+  at::Tensor out = at::empty({cv.n, cv.o, cv.oh, cv.ow}, x.options());
+  cv.residual = ep.residual;
+  cv.relu = ep.relu;
+  RunDirect(&cv, x.data_ptr<float>(), w.data_ptr<float>(), cv.c * cv.kh * cv.kw, 1, bias, ep.scale,
+            out.data_ptr<float>());
+  CountCall();
+  slots[out_slot] = std::move(out);
+  return true;
+}
+
+bool ConvTranspose2dCall(const OpStep& s, const ConvEpilogue* e, int out_slot, std::vector<c10::IValue>& slots) {
+  at::Tensor x, w, b;
+  if (!Operands(s, slots, &x, &w, &b)) return false;
+  Transposed t;
+  if (!TransposedShape(x.sizes(), w.sizes(), s.native_params, &t)) return false;
+  Products& g = t.g;
+  const int64_t o = t.o;
+  const float* bias = nullptr;
+  EpilogueOperands ep;
+  if (!Admit(x, w, b, e, slots, g.n, o, t.oh, t.ow, &bias, &ep)) return false;
+  const float* wsrc = w.data_ptr<float>();
+  g.mp = (g.m + kLanes - 1) / kLanes * kLanes;
+  thread_local std::vector<float> buffer;
+  const size_t need = static_cast<size_t>(g.c * g.mp + g.n * g.pixels * g.mp);
+  if (buffer.size() < need) buffer.resize(need);
+  // The weight as [c][mp] with columns in (kh, kw, o) order (an output pixel's channels are then
+  // consecutive), each row zero-padded to whole vectors; a batch_norm's alpha folded in.
+  float* wp = buffer.data();
+  const int64_t taps = t.kh * t.kw;
+  for (int64_t ic = 0; ic < g.c; ++ic) {
+    float* row = wp + ic * g.mp;
+    const float* src = wsrc + ic * g.m;  // [o][taps]
+    for (int64_t oc = 0; oc < o; ++oc) {
+      const float scale = ep.scale != nullptr ? ep.scale[oc] : 1.0f;  // times 1 is exact
+      for (int64_t tap = 0; tap < taps; ++tap) row[tap * o + oc] = src[oc * taps + tap] * scale;
+    }
+    std::fill(row + g.m, row + g.mp, 0.0f);
+  }
+  CountCall();
+  g.x = x.data_ptr<float>();
+  g.w = wp;
+  g.out = wp + g.c * g.mp;
+  RunProducts(g);
+  at::Tensor out = at::empty({g.n, o, t.oh, t.ow}, x.options());
+  Scatter sc{g.n, o, t.h, t.wd, t.kh, t.kw, s.native_params[0], s.native_params[1], s.native_params[2],
+             s.native_params[3], s.native_params[6], s.native_params[7], t.oh, t.ow, g.mp, g.out, bias,
+             out.data_ptr<float>(), nullptr};
+  sc.residual = ep.residual;
+  sc.relu = ep.relu;
+  thread_local std::vector<float> pixels_major;  // the [n][oh][ow][o] buffer, for o >= kLanes only
+  if (o >= kLanes && pixels_major.size() < static_cast<size_t>(g.n * t.oh * t.ow * o)) {
+    pixels_major.resize(g.n * t.oh * t.ow * o);
+  }
+  sc.nhwc = pixels_major.data();
+  RunScatter(sc);
+  if (pixels_major.size() > (size_t{1} << 20)) std::vector<float>().swap(pixels_major);
+  if (buffer.size() > (size_t{1} << 20)) std::vector<float>().swap(buffer);
+  slots[out_slot] = std::move(out);
+  return true;
+}
+
+}  // namespace
+
+bool NativeConv2d(const OpStep& s, std::vector<c10::IValue>& slots) {
+  return Conv2dCall(s, nullptr, s.returns[0].slots[0], slots);
 }
 
 // conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding,
@@ -742,68 +1027,160 @@ bool ConvTranspose2dParams(const OpStep& s, std::vector<int64_t>* params) {
 }
 
 bool NativeConvTranspose2d(const OpStep& s, std::vector<c10::IValue>& slots) {
-  at::Tensor x, w, b;
-  if (!Operands(s, slots, &x, &w, &b)) return false;
-  Products g;
-  g.n = x.size(0);
-  g.c = x.size(1);
-  const int64_t h = x.size(2), wd = x.size(3);
-  const int64_t o = w.size(1), kh = w.size(2), kw = w.size(3);
-  if (g.n <= 0 || g.c <= 0 || h <= 0 || wd <= 0 || o <= 0 || kh <= 0 || kw <= 0 || w.size(0) != g.c) return false;
-  if (b.defined() && b.size(0) != o) return false;
-  const std::vector<int64_t>& p = s.native_params;
-  const int64_t sh = p[0], sw = p[1], ph = p[2], pw = p[3], dh = p[6], dw = p[7];
-  const int64_t oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + p[4] + 1;
-  const int64_t ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + p[5] + 1;
-  if (oh <= 0 || ow <= 0) return false;  // ATen raises
-  g.m = o * kh * kw;
-  g.pixels = h * wd;
-  if (g.c > kMaxReduction || g.m > kMaxTransposedColumns) return false;
-  if (static_cast<double>(g.n) * g.pixels * g.c * g.m > static_cast<double>(kMaxWork)) return false;
-  // An output far larger than the products (a large stride or dilation spreads them thin) is
-  // mostly zero-filling, which ATen does as well as this kernel.
-  if (static_cast<double>(g.n) * o * oh * ow > kMaxPaddedFactor * static_cast<double>(g.n * g.pixels * g.m) + kPaddedSlack) {
-    return false;
+  return ConvTranspose2dCall(s, nullptr, s.returns[0].slots[0], slots);
+}
+
+namespace {
+thread_local int64_t fused_conv_calls = 0;
+}  // namespace
+
+bool NativeConvFused(const OpStep& conv, const ConvEpilogue& e, int out_slot, std::vector<c10::IValue>& slots) {
+  bool ran = false;
+  if (conv.native == NativeConv2d) ran = Conv2dCall(conv, &e, out_slot, slots);
+  if (conv.native == NativeConvTranspose2d) ran = ConvTranspose2dCall(conv, &e, out_slot, slots);
+  fused_conv_calls += ran;
+  return ran;
+}
+
+int64_t FusedConvCallsOnThisThread() { return fused_conv_calls; }
+
+namespace {
+
+using tracer::Node;
+using tracer::NodeArg;
+using tracer::ValueId;
+
+bool FloatOf(const tracer::Graph& g, ValueId v, const std::vector<int64_t>* sizes) {
+  const tracer::TensorMeta& m = g.value(v).meta;
+  return g.value(v).is_tensor && m.dtype == at::kFloat && (sizes == nullptr || m.sizes == *sizes);
+}
+
+// An absent optional tensor: None, or an undefined tensor constant.
+bool Absent(const NodeArg& a) {
+  return a.kind == NodeArg::Kind::kConstant && (a.constant.isNone() || (a.constant.isTensor() && !a.constant.toTensor().defined()));
+}
+
+// batch_norm(chain, weight?, bias?, running_mean, running_var, training=false, momentum, eps, cudnn)
+// with float32 [o] parameters and statistics.
+bool BatchNormEpilogue(const tracer::Graph& g, const Node& n, ValueId chain, int64_t o) {
+  if (n.args.size() != 9 || n.args[0].kind != NodeArg::Kind::kValue || n.args[0].value != chain) return false;
+  const std::vector<int64_t> channel = {o};
+  for (int i = 1; i <= 4; ++i) {
+    const NodeArg& a = n.args[i];
+    if (i <= 2 && Absent(a)) continue;
+    if (a.kind != NodeArg::Kind::kValue || !FloatOf(g, a.value, &channel)) return false;
   }
-  if (!NoGradWanted({&x, &w, &b})) return false;
-  // LibTorch 2.x's oneDNN deconvolution multiplies some weights by zeros it pads in (a stride of
-  // 3 or more, an output padding), so an infinite or NaN weight makes NaN there: refuse them.
-  if (!AllFinite(w)) return false;
-  const float* wsrc = w.data_ptr<float>();
-  CountCall();
-  g.mp = (g.m + kLanes - 1) / kLanes * kLanes;
-  thread_local std::vector<float> buffer;
-  const size_t need = static_cast<size_t>(g.c * g.mp + g.n * g.pixels * g.mp);
-  if (buffer.size() < need) buffer.resize(need);
-  // The weight as [c][mp] with columns in (kh, kw, o) order (an output pixel's channels are then
-  // consecutive), each row zero-padded to whole vectors.
-  float* wp = buffer.data();
-  const int64_t taps = kh * kw;
-  for (int64_t ic = 0; ic < g.c; ++ic) {
-    float* row = wp + ic * g.mp;
-    const float* src = wsrc + ic * g.m;  // [o][taps]
-    for (int64_t oc = 0; oc < o; ++oc) {
-      for (int64_t t = 0; t < taps; ++t) row[t * o + oc] = src[oc * taps + t];
+  const NodeArg& training = n.args[5];
+  const NodeArg& eps = n.args[7];
+  return training.kind == NodeArg::Kind::kConstant && training.constant.isBool() && !training.constant.toBool() &&
+         eps.kind == NodeArg::Kind::kConstant && eps.constant.isDouble();
+}
+
+// add(chain, other, alpha=1), add(other, chain, 1) or add_(chain, other, 1) with a float32 `other` of
+// the output's sizes: the argument index of `other`, or -1.
+int ResidualArg(const Node& n, const tracer::Graph& g, ValueId chain, const std::vector<int64_t>& sizes) {
+  if (n.args.size() != 3 || n.args[0].kind != NodeArg::Kind::kValue || n.args[1].kind != NodeArg::Kind::kValue) return -1;
+  const c10::IValue& alpha = n.args[2].constant;
+  if (n.args[2].kind != NodeArg::Kind::kConstant || !((alpha.isInt() && alpha.toInt() == 1) || (alpha.isDouble() && alpha.toDouble() == 1.0))) {
+    return -1;
+  }
+  int other = -1;
+  if (n.args[0].value == chain && n.args[1].value != chain) {
+    other = 1;
+  } else if (n.op == "aten::add.Tensor" && n.args[1].value == chain && n.args[0].value != chain) {
+    other = 0;
+  }
+  if (other < 0 || !FloatOf(g, n.args[other].value, &sizes)) return -1;
+  return other;
+}
+
+}  // namespace
+
+std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vector<bool>& history_free) {
+  std::vector<ConvGroup> groups;
+  const size_t values = g.values.size();
+  std::vector<int> readers(values, 0), reader(values, -1);
+  for (const Node& n : g.nodes) {
+    for (ValueId v : tracer::InputValues(n)) {
+      if (v == tracer::kNoValue) continue;
+      ++readers[v];
+      reader[v] = n.index;
     }
-    std::fill(row + g.m, row + g.mp, 0.0f);
   }
-  g.x = x.data_ptr<float>();
-  g.w = wp;
-  g.out = wp + g.c * g.mp;
-  RunProducts(g);
-  at::Tensor out = at::empty({g.n, o, oh, ow}, x.options());
-  Scatter sc{g.n, o, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, g.mp, g.out,
-             b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>()};
-  thread_local std::vector<float> pixels_major;  // the [n][oh][ow][o] buffer, for o >= kLanes only
-  if (o >= kLanes && pixels_major.size() < static_cast<size_t>(g.n * oh * ow * o)) {
-    pixels_major.resize(g.n * oh * ow * o);
+  std::vector<bool> returned(values, false);
+  for (ValueId v : g.outputs) {
+    if (v != tracer::kNoValue) returned[v] = true;
   }
-  sc.nhwc = pixels_major.data();
-  RunScatter(sc);
-  if (pixels_major.size() > (size_t{1} << 20)) std::vector<float>().swap(pixels_major);
-  if (buffer.size() > (size_t{1} << 20)) std::vector<float>().swap(buffer);
-  slots[s.returns[0].slots[0]] = std::move(out);
-  return true;
+  auto requires_grad = [&](ValueId v) {
+    const tracer::Value& val = g.value(v);
+    if (val.kind == tracer::ValueKind::kConstant) return val.constant.defined() && val.constant.requires_grad();
+    return val.meta.requires_grad;
+  };
+  SlotMap scratch(g);
+  for (const Node& c : g.nodes) {
+    const bool transposed = c.op == "aten::conv_transpose2d.input";
+    if ((c.op != "aten::conv2d" && !transposed) || c.mode || !c.handle) continue;
+    if (c.args.size() < 2 || c.args[0].kind != NodeArg::Kind::kValue || c.args[1].kind != NodeArg::Kind::kValue) continue;
+    const OpStep step = MakeOpStep(g, c, scratch);
+    std::vector<int64_t> params;
+    if (!(transposed ? ConvTranspose2dParams(step, &params) : Conv2dParams(step, &params))) continue;
+    ValueId chain = tracer::SingleTensorResult(c);
+    if (chain == tracer::kNoValue || !FloatOf(g, c.args[0].value, nullptr) || !FloatOf(g, c.args[1].value, nullptr) ||
+        !FloatOf(g, chain, nullptr)) {
+      continue;
+    }
+    // Only where the traced shapes are the kernel's: elsewhere the convolution is an ATen call and
+    // its epilogue better left to the programs and regions.
+    const std::vector<int64_t>& xs = g.value(c.args[0].value).meta.sizes;
+    const std::vector<int64_t>& ws = g.value(c.args[1].value).meta.sizes;
+    Conv cv;
+    Transposed t;
+    if (!(transposed ? TransposedShape(xs, ws, params, &t) : Conv2dShape(xs, ws, params, &cv))) continue;
+    const std::vector<int64_t> sizes = g.value(chain).meta.sizes;
+    if (sizes.size() != 4) continue;
+    ConvGroup group;
+    group.nodes.push_back(c.index);
+    int stage = 0;  // 0: batch_norm, add or relu may follow; 1: add or relu; 2: relu
+    while (stage < 3 && !returned[chain] && readers[chain] == 1) {
+      const Node& m = g.nodes[reader[chain]];
+      if (m.mode || !m.handle) break;
+      // The group runs where its last node was: nothing in between may write a tensor it reads.
+      bool writes = false;
+      for (int i = group.nodes.back() + 1; i < m.index; ++i) writes = writes || g.nodes[i].mutates;
+      if (writes) break;
+      const ValueId result = tracer::SingleTensorResult(m);
+      if (result == tracer::kNoValue || !FloatOf(g, result, &sizes)) break;
+      int residual = -1;
+      if (stage == 0 && m.op == "aten::batch_norm" && BatchNormEpilogue(g, m, chain, sizes[1])) {
+        group.batch_norm = m.index;
+        stage = 1;
+      } else if (stage <= 1 && (m.op == "aten::add.Tensor" || m.op == "aten::add_.Tensor") &&
+                 (residual = ResidualArg(m, g, chain, sizes)) >= 0) {
+        group.add = m.index;
+        group.residual_arg = residual;
+        stage = 2;
+      } else if ((m.op == "aten::relu" || m.op == "aten::relu_") && m.args.size() == 1 &&
+                 m.args[0].kind == NodeArg::Kind::kValue && m.args[0].value == chain) {
+        group.relu = m.index;
+        stage = 3;
+      } else {
+        break;
+      }
+      group.nodes.push_back(m.index);
+      chain = result;
+    }
+    if (group.nodes.size() < 2) continue;
+    // The kernel runs only when no gradient is wanted: with grad mode on at entry and an input that
+    // requires grad, it never would (unless the nodes are history-free, Note [History-free nodes]).
+    bool free = true, grad = false;
+    for (int node : group.nodes) {
+      free = free && static_cast<size_t>(node) < history_free.size() && history_free[node];
+      for (ValueId v : tracer::InputValues(g.nodes[node])) grad = grad || (v != tracer::kNoValue && requires_grad(v));
+    }
+    if (g.entry_mode.grad_mode && grad && !free) continue;
+    groups.push_back(std::move(group));
+  }
+  return groups;
 }
 
 }  // namespace warden::codegen::native
