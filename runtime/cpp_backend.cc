@@ -183,6 +183,7 @@ class CppArtifact final : public CodegenArtifact {
       if (cg.add >= 0) step.epilogue.residual = &ops_[cg.add].args.at(cg.residual_arg);
       step.epilogue.relu = cg.relu >= 0;
       step.out_slot = ops_[cg.nodes.back()].returns.at(0).slots.at(0);
+      step.in_place_writes = cg.in_place_writes;
       step.no_grad = true;
       for (int node : cg.nodes) {
         step.no_grad = step.no_grad && ops_[node].no_grad;
@@ -375,6 +376,7 @@ class CppArtifact final : public CodegenArtifact {
     int conv = 0;
     codegen::native::ConvEpilogue epilogue;  // points into ops_
     int out_slot = -1;
+    int in_place_writes = 0;  // eager's result went through add_ / relu_: its version
     bool no_grad = false;  // every node history-free: runs with grad mode off, as their steps would
   };
   std::vector<ConvGroupStep> conv_groups_;
@@ -388,7 +390,11 @@ class CppArtifact final : public CodegenArtifact {
     } else {
       fused = codegen::native::NativeConvFused(ops_[cg.conv], cg.epilogue, cg.out_slot, slots);
     }
-    if (fused) return true;
+    if (fused) {
+      at::TensorImpl* out = slots[cg.out_slot].toTensor().unsafeGetTensorImpl();
+      for (int w = 0; w < cg.in_place_writes; ++w) out->bump_version();
+      return true;
+    }
     for (int op : cg.nodes) {
       if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
     }

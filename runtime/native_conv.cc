@@ -47,15 +47,19 @@
 // the kernel above accepts, a chain of at most: aten::batch_norm with training=false, running
 // statistics and float32 [O] parameters; aten::add.Tensor / add_.Tensor with alpha 1 and a float32
 // operand of the output's sizes (the residual; either operand of add); aten::relu / relu_. Each
-// link reads the previous link's value, which nothing else reads and the function does not return.
-// The group becomes one step at its last node's position (its inputs all exist by then), so no node
-// between its first and last may write in place; its nodes join no program or region.
+// link reads the previous link's value, which nothing else reads and the function does not return;
+// an add of two convolutions' chains joins the first (a node is in at most one group). The group
+// becomes one step at its last node's position (its inputs all exist by then), so no node between
+// its first and last may write anything: none that writes in place, none Warden has no shape rule
+// for, no norm op other than an eval batch_norm (a training batch_norm updates its running
+// statistics although its schema does not say so). Its nodes join no program or region.
 // On each call NativeConvFused:
 //   - folds the batch_norm from the call's parameters and running statistics, never from values
 //     seen at compile time (an optimizer step, load_state_dict or a train-mode call changes them
 //     in place, and the captured-tensor guards check metadata, not values): alpha = weight /
-//     sqrt(var + eps) and beta = bias - mean * alpha, as ATen's eval kernel computes them; the
-//     packed weights are weight * alpha and the bias conv_bias * alpha + beta;
+//     sqrt(var + eps) and beta = bias - mean * alpha, in float as ATen's eval kernel and the
+//     programs compute them; the packed weights are weight * alpha and the bias conv_bias * alpha
+//     + beta;
 //   - adds the residual and applies relu as the accumulators are stored (max(0, NaN) is NaN, as
 //     in ATen's relu);
 //   - makes the kernel's own checks, and on top: the batch_norm's tensors and the residual plain
@@ -63,10 +67,11 @@
 //     and the folded bias finite, and largest |weight| * largest |alpha| below FLT_MAX (so no
 //     folded weight overflows where eager's unscaled products might not).
 // When any check fails, the group's steps run one by one (the convolution's own native kernel
-// included), as without the group. Results: eager's sizes and strides; values within float rounding
-// of eager's (the fold rounds weight * alpha once where eager rounds the convolution's sum, then
-// scales it), as for the kernel alone. explain() lists a group as "aten::conv2d at %13 +
-// batch_norm + add_ + relu".
+// included), as without the group. Results: eager's sizes and strides, and eager's version counter
+// (bumped once per add_ or relu_ link); values within float rounding of eager's (the fold rounds
+// weight * alpha once where eager rounds the convolution's sum, then scales it), as for the kernel
+// alone, which also means that sums near float overflow may overflow differently (as any two
+// summation orders may). explain() lists a group as "aten::conv2d at %13 + batch_norm + add_ + relu".
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -887,7 +892,7 @@ bool ResolveEpilogue(const ConvEpilogue& e, const std::vector<c10::IValue>& slot
     double scale_max = 0;
     bool finite = true;
     for (int64_t c = 0; c < o; ++c) {
-      const float invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v[c]) + eps));
+      const float invstd = 1.0f / std::sqrt(v[c] + static_cast<float>(eps));  // in float, as ATen
       scale[c] = w != nullptr ? invstd * w[c] : invstd;
       const float shift = (b != nullptr ? b[c] : 0.0f) - m[c] * scale[c];
       folded[c] = (conv_bias != nullptr ? conv_bias[c] : 0.0f) * scale[c] + shift;
@@ -1116,6 +1121,15 @@ std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vect
     if (val.kind == tracer::ValueKind::kConstant) return val.constant.defined() && val.constant.requires_grad();
     return val.meta.requires_grad;
   };
+  // A node may write what a group reads without saying so in its schema (a batch_norm in training
+  // mode updates its running statistics), or be an op Warden knows nothing of.
+  auto may_write = [&](const Node& n) {
+    if (n.mutates || !n.handle || n.kind == tracer::NodeKind::kOpaque) return true;
+    if (n.op.find("batch_norm") == std::string::npos && n.op.find("instance_norm") == std::string::npos) return false;
+    return !(n.op == "aten::batch_norm" && n.args.size() == 9 && n.args[5].kind == NodeArg::Kind::kConstant &&
+             n.args[5].constant.isBool() && !n.args[5].constant.toBool());
+  };
+  std::vector<bool> taken(g.nodes.size(), false);  // each node in at most one group
   SlotMap scratch(g);
   for (const Node& c : g.nodes) {
     const bool transposed = c.op == "aten::conv_transpose2d.input";
@@ -1143,10 +1157,11 @@ std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vect
     int stage = 0;  // 0: batch_norm, add or relu may follow; 1: add or relu; 2: relu
     while (stage < 3 && !returned[chain] && readers[chain] == 1) {
       const Node& m = g.nodes[reader[chain]];
-      if (m.mode || !m.handle) break;
+      // An add of two convolutions' chains belongs to the first.
+      if (m.mode || !m.handle || taken[m.index]) break;
       // The group runs where its last node was: nothing in between may write a tensor it reads.
       bool writes = false;
-      for (int i = group.nodes.back() + 1; i < m.index; ++i) writes = writes || g.nodes[i].mutates;
+      for (int i = group.nodes.back() + 1; i < m.index; ++i) writes = writes || may_write(g.nodes[i]);
       if (writes) break;
       const ValueId result = tracer::SingleTensorResult(m);
       if (result == tracer::kNoValue || !FloatOf(g, result, &sizes)) break;
@@ -1178,6 +1193,11 @@ std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vect
       for (ValueId v : tracer::InputValues(g.nodes[node])) grad = grad || (v != tracer::kNoValue && requires_grad(v));
     }
     if (g.entry_mode.grad_mode && grad && !free) continue;
+    for (int node : group.nodes) {
+      taken[node] = true;
+      const std::string& op = g.nodes[node].op;
+      group.in_place_writes += op == "aten::add_.Tensor" || op == "aten::relu_";
+    }
     groups.push_back(std::move(group));
   }
   return groups;

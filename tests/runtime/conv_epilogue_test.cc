@@ -36,6 +36,7 @@ void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::strin
   EXPECT_EQ(got.strides(), want.strides()) << what;
   EXPECT_EQ(got.scalar_type(), want.scalar_type()) << what;
   EXPECT_EQ(got.requires_grad(), want.requires_grad()) << what;
+  EXPECT_EQ(got._version(), want._version()) << what;  // add_ and relu_ bump it
   EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-5, /*equal_nan=*/true))
       << what << " max diff " << (got - want).abs().nan_to_num(0).max().item<float>();
 }
@@ -283,8 +284,72 @@ TEST(ConvEpilogue, NoGroupAcrossAWriteInPlace) {
   EXPECT_EQ(run.fused, 0) << run.explain;
 }
 
+// Two convolutions' chains meeting at one add (a ResNet block written relu(bn2(conv2(h)) +
+// bn_s(conv_s(x)))): the add joins the first group; the second ends before it.
+TEST(ConvEpilogue, TwoChainsMeetAtOneAdd) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  const at::Tensor w1 = Weight(8, 4, 3), w2 = Weight(8, 4, 1);
+  auto bn1 = EvalBatchNorm(8), bn2 = EvalBatchNorm(8);
+  Outcome run = Check(
+      "plain_sum",
+      [&](const Args& a) -> Outputs {
+        return {torch::relu(at::conv2d(a[0].toTensor(), w1, {}, 1, 1) + at::conv2d(a[0].toTensor(), w2))};
+      },
+      Randn({{2, 4, 10, 10}}));
+  EXPECT_EQ(run.fused, 2) << run.explain;
+  EXPECT_NE(run.explain.find("native kernels: aten::conv2d at %0 + add + relu, aten::conv2d at %1 ("),
+            std::string::npos)
+      << run.explain;
+  run = Check(
+      "resnet_style",
+      [&](const Args& a) -> Outputs {
+        const at::Tensor x = a[0].toTensor();
+        return {torch::relu(bn1->forward(at::conv2d(x, w1, {}, 1, 1)) + bn2->forward(at::conv2d(x, w2)))};
+      },
+      Randn({{2, 4, 10, 10}}));
+  EXPECT_EQ(run.fused, 4) << run.explain;
+  EXPECT_NE(run.explain.find("aten::conv2d at %0 + batch_norm + add + relu, aten::conv2d at %2 + batch_norm ("),
+            std::string::npos)
+      << run.explain;
+}
+
+// A batch_norm in training mode updates its running statistics in place without saying so in its
+// schema: a group whose batch_norm reads them may not run after it.
+TEST(ConvEpilogue, NoGroupAcrossATrainingBatchNorm) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(13);
+  const at::Tensor w = Weight(8, 4, 3);
+  const at::Tensor rm = torch::randn({8}), rv = torch::rand({8}) + 0.5, gamma = torch::randn({8}),
+                   beta = torch::randn({8});
+  auto fn = [&](const Args& a) -> Outputs {
+    const at::Tensor y = at::batch_norm(at::conv2d(a[0].toTensor(), w), gamma, beta, rm, rv, /*training=*/false,
+                                        0.1, 1e-5, false);
+    at::batch_norm(a[1].toTensor(), gamma, beta, rm, rv, /*training=*/true, 0.5, 1e-5, false);
+    return {torch::relu(y)};
+  };
+  ScopedCacheDir cache;
+  CompiledFunction f = compile(fn, Cpp("training_between"));
+  for (int call = 0; call < 3; ++call) {
+    const Args args = Randn({{2, 4, 10, 10}, {2, 8, 5, 5}})(call);
+    const at::Tensor rm0 = rm.clone(), rv0 = rv.clone();
+    const Outputs want = fn(args);
+    const at::Tensor rm1 = rm.clone(), rv1 = rv.clone();
+    rm.copy_(rm0);
+    rv.copy_(rv0);
+    const Outputs got = f(args);
+    ASSERT_EQ(got.size(), 1u);
+    ExpectClose(got[0], want[0], "call " + std::to_string(call));
+    EXPECT_TRUE(torch::allclose(rm, rm1) && torch::allclose(rv, rv1)) << "call " << call;
+  }
+  // The convolution and the eval batch_norm still fuse (they run before the update); the relu not.
+  EXPECT_NE(f.explain().find("native kernels: aten::conv2d at %0 + batch_norm ("), std::string::npos) << f.explain();
+}
+
 // Eval mode with grad mode on and parameters that require grad (a model put in eval() without a
-// NoGradGuard): the result requires grad, so the steps run with autograd, and backward works.
+// NoGradGuard): the result requires grad, so no group is made and the steps run with autograd;
+// backward works. Where the result is detached, the nodes are history-free (Note [History-free
+// nodes]) and the group runs, with grad mode off.
 TEST(ConvEpilogue, GradientsWantedRunStepByStep) {
   torch::manual_seed(9);
   auto conv = torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3).padding(1));
@@ -308,6 +373,11 @@ TEST(ConvEpilogue, GradientsWantedRunStepByStep) {
     want.sum().backward();
     EXPECT_TRUE(torch::allclose(g_warden, conv->weight.grad(), 1e-4, 1e-5));
   }
+  EXPECT_EQ(f.explain().find(" + "), std::string::npos) << f.explain();
+  const Outcome run = Check(
+      "detached", [&](const Args& a) -> Outputs { return {torch::relu(bn->forward(conv->forward(a[0].toTensor()))).detach()}; },
+      Randn({{2, 4, 8, 8}}));
+  EXPECT_EQ(run.fused, 2) << run.explain;
 }
 
 // The models of tests/models/models.h: every convolution followed by a batch_norm, relu or residual
