@@ -1195,8 +1195,11 @@ std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vect
     if (g.entry_mode.grad_mode && grad && !free) continue;
     for (int node : group.nodes) {
       taken[node] = true;
+      // The result's version: eager's add_ / relu_ bump the tensor they write, an out-of-place link
+      // makes a fresh one (version 0).
       const std::string& op = g.nodes[node].op;
-      group.in_place_writes += op == "aten::add_.Tensor" || op == "aten::relu_";
+      const bool in_place = op == "aten::add_.Tensor" || op == "aten::relu_";
+      group.in_place_writes = in_place ? group.in_place_writes + 1 : 0;
     }
     groups.push_back(std::move(group));
   }

@@ -59,7 +59,7 @@ struct ConvGroup {
   std::vector<int> nodes;  // the convolution, then batch_norm, add and relu as present, in graph order
   int batch_norm = -1, add = -1, relu = -1;  // their node indices (-1: absent)
   int residual_arg = -1;                     // the add's argument that is not the convolution's chain
-  int in_place_writes = 0;                   // add_ and relu_ links: the result's version bumps
+  int in_place_writes = 0;                   // add_ / relu_ links after the last out-of-place one: the result's version
 };
 // The groups of `g` (each node in at most one). `history_free`: Note [History-free nodes].
 std::vector<ConvGroup> PlanConvEpilogues(const tracer::Graph& g, const std::vector<bool>& history_free);
