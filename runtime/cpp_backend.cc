@@ -32,7 +32,7 @@
 #include "runtime/codegen_compiler.h"
 #include "runtime/codegen_pointwise.h"
 #include "runtime/codegen_replay.h"
-#include "runtime/native_kernels.h"
+#include "runtime/conv_epilogues.h"
 #include "tracer/status.h"
 
 namespace warden {

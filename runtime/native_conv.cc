@@ -87,6 +87,7 @@
 #endif
 
 #include "runtime/codegen_replay.h"
+#include "runtime/conv_epilogues.h"
 #include "runtime/native_kernels.h"
 
 // at::parallel_for is a header template: with LibTorch's OpenMP backend it only splits work when

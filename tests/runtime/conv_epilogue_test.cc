@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "runtime/codegen_replay.h"
-#include "runtime/native_kernels.h"
+#include "runtime/conv_epilogues.h"
 #include "runtime/warden.h"
 #include "tests/models/models.h"
 #include "tests/test_env.h"
