@@ -6,7 +6,10 @@
 // Each row compiles `conv2d(x, w, b, stride, padding)` on backend "cpp" (eval, no grad), checks the
 // result against eager (allclose 1e-4 / 1e-5) and that the native kernel ran, then times it;
 // the eager row times at::conv2d itself. The last rows are the DCGAN generator's
-// conv_transpose2d layers (Note [Native convolution], transposed). Threads: 1 intra-op thread unless --threads=N.
+// conv_transpose2d layers (Note [Native convolution], transposed). The `+bn_relu` / `+bn_add_relu`
+// rows add an eval batch_norm, a residual add and a relu after the convolution, which backend "cpp"
+// runs in the convolution's call (Note [Conv epilogues]; the row checks that it did) and eager as
+// separate ATen calls. Threads: 1 intra-op thread unless --threads=N.
 //
 //   bazel run -c opt //bench:native_conv_bench [-- --threads=2]
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include <torch/torch.h>
 
 #include "runtime/codegen_replay.h"
+#include "runtime/conv_epilogues.h"
 #include "runtime/warden.h"
 #include "tools/libtorch_info.h"
 
@@ -30,6 +34,7 @@ struct Shape {
   bool bias;
   bool native = true;  // within the kernel's limits (else the cpp row is the ATen call)
   bool transposed = false;  // conv_transpose2d: weight [c, o, k, k]
+  int epilogue = 0;         // Note [Conv epilogues]: 1 batch_norm + relu, 2 batch_norm + residual add + relu
 };
 
 const Shape kShapes[] = {
@@ -54,44 +59,64 @@ const Shape kShapes[] = {
     {"dcgan_t1", 8, 16, 1, 1, 32, 4, 1, 0, false, true, true},
     {"dcgan_t2", 8, 32, 4, 4, 16, 4, 2, 1, false, true, true},
     {"dcgan_t3", 8, 16, 8, 8, 1, 4, 2, 1, false, true, true},
+    // With their epilogues (Note [Conv epilogues]), as the models have them.
+    {"resnet_stem+bn_relu", 8, 1, 16, 16, 8, 3, 1, 1, false, true, false, 1},
+    {"resnet_block1+bn_add_relu", 8, 8, 16, 16, 8, 3, 1, 1, false, true, false, 2},
+    {"resnet_block1_b1+bn_add_relu", 1, 8, 16, 16, 8, 3, 1, 1, false, true, false, 2},
+    {"resnet_block2+bn_add_relu", 8, 16, 8, 8, 16, 3, 1, 1, false, true, false, 2},
+    {"cnn_conv1+bn_relu", 8, 1, 16, 16, 8, 3, 1, 1, true, true, false, 1},
+    {"dcgan_t2+bn_relu", 8, 32, 4, 4, 16, 4, 2, 1, false, true, true, 1},
 };
 
+// The row's operands: the convolution's, and its epilogue's (batch_norm statistics and parameters
+// far from the identity, a residual of the output's sizes).
+struct Operands {
+  at::Tensor x, w, b, mean, var, gamma, beta, residual;
+};
+
+at::Tensor Forward(const Shape& s, const Operands& p, const at::Tensor& x) {
+  at::Tensor y = s.transposed ? at::conv_transpose2d(x, p.w, p.b, s.stride, s.pad) : at::conv2d(x, p.w, p.b, s.stride, s.pad);
+  if (s.epilogue == 0) return y;
+  y = at::batch_norm(y, p.gamma, p.beta, p.mean, p.var, /*training=*/false, 0.1, 1e-5, false);
+  if (s.epilogue == 2) y += p.residual;
+  return at::relu(y);
+}
+
 struct Case {
-  at::Tensor x, w, b;
+  Operands p;
   warden::CompiledFunction f;
   std::string error;
 };
 
-at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t stride, int64_t pad,
-                bool transposed) {
-  return transposed ? at::conv_transpose2d(x, w, b, stride, pad) : at::conv2d(x, w, b, stride, pad);
-}
-
-warden::CompiledFunction CompileConv(const Shape& s, const at::Tensor& w, const at::Tensor& b) {
-  const int64_t stride = s.stride, pad = s.pad;
-  const bool transposed = s.transposed;
+Case MakeCase(const Shape& s) {
+  torch::manual_seed(0);
+  Operands p;
+  p.x = torch::randn({s.n, s.c, s.h, s.w});
+  p.w = (s.transposed ? torch::randn({s.c, s.o, s.k, s.k}) : torch::randn({s.o, s.c, s.k, s.k})) * 0.1;
+  p.b = s.bias ? torch::randn({s.o}) : at::Tensor();
+  p.mean = torch::randn({s.o});
+  p.var = torch::rand({s.o}) + 0.5;
+  p.gamma = torch::randn({s.o});
+  p.beta = torch::randn({s.o});
+  Shape plain = s;
+  plain.epilogue = 0;
+  p.residual = torch::randn(Forward(plain, p, p.x).sizes());
   warden::Options o;
   o.name = std::string("conv_") + s.name;
   o.backend = "cpp";
-  return warden::compile(
-      [w, b, stride, pad, transposed](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
-        return {Conv(a[0].toTensor(), w, b, stride, pad, transposed)};
-      },
-      o);
-}
-
-Case MakeCase(const Shape& s) {
-  torch::manual_seed(0);
-  const at::Tensor x = torch::randn({s.n, s.c, s.h, s.w}), w = (s.transposed ? torch::randn({s.c, s.o, s.k, s.k}) : torch::randn({s.o, s.c, s.k, s.k})) * 0.1;
-  const at::Tensor b = s.bias ? torch::randn({s.o}) : at::Tensor();
-  Case c{x, w, b, CompileConv(s, w, b), ""};
-  const int64_t stride = s.stride, pad = s.pad;
-  const at::Tensor want = Conv(c.x, w, b, stride, pad, s.transposed);
-  c.f({c.x});
+  Case c{p, warden::compile([s, p](const std::vector<c10::IValue>& a) -> std::vector<at::Tensor> {
+           return {Forward(s, p, a[0].toTensor())};
+         }, o), ""};
+  const at::Tensor want = Forward(s, p, p.x);
+  c.f({p.x});
   const int64_t before = warden::codegen::NativeCallsOnThisThread();
-  const std::vector<at::Tensor> got = c.f({c.x});
+  const int64_t fused_before = warden::codegen::native::FusedConvCallsOnThisThread();
+  const std::vector<at::Tensor> got = c.f({p.x});
   if ((warden::codegen::NativeCallsOnThisThread() != before) != s.native) {
     c.error = s.native ? "the native kernel did not run" : "the native kernel ran beyond its limits";
+  }
+  if (s.epilogue != 0 && warden::codegen::native::FusedConvCallsOnThisThread() == fused_before) {
+    c.error = "the epilogue did not run in the convolution's call";
   }
   if (got.size() != 1 || !got[0].sizes().equals(want.sizes()) || !torch::allclose(got[0], want, 1e-4, 1e-5)) {
     c.error = "warden's result differs from eager's";
@@ -102,7 +127,7 @@ Case MakeCase(const Shape& s) {
 void BM_Eager(benchmark::State& state, const Shape* s) {
   torch::NoGradGuard no_grad;
   Case c = MakeCase(*s);
-  for (auto _ : state) benchmark::DoNotOptimize(Conv(c.x, c.w, c.b, s->stride, s->pad, s->transposed));
+  for (auto _ : state) benchmark::DoNotOptimize(Forward(*s, c.p, c.p.x));
   // A transposed convolution multiplies every input pixel by every weight.
   state.counters["MFLOP"] = s->transposed ? 2.0 * s->n * s->h * s->w * s->c * s->o * s->k * s->k / 1e6
                                           : 2.0 * s->n * s->o * s->c * s->k * s->k *
@@ -117,7 +142,7 @@ void BM_Cpp(benchmark::State& state, const Shape* s) {
     state.SkipWithError(c.error.c_str());
     return;
   }
-  const std::vector<c10::IValue> args = {c.x};
+  const std::vector<c10::IValue> args = {c.p.x};
   for (auto _ : state) benchmark::DoNotOptimize(c.f(args));
 }
 
