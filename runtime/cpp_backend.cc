@@ -19,6 +19,7 @@
 // first, as at compile time. An inlined constant must be unchanged (Note [Inlined constants]).
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include <ATen/Config.h>
 #include <ATen/Parallel.h>
@@ -177,13 +178,11 @@ class CppArtifact final : public CodegenArtifact {
     std::vector<int> group_of(g.nodes.size(), -1);
     for (const codegen::native::ConvGroup& cg : conv_groups) {
       ConvGroupStep step;
-      step.nodes = cg.nodes;
-      step.conv = cg.nodes.front();
+      step.group = cg;
       if (cg.batch_norm >= 0) step.epilogue.batch_norm = &ops_[cg.batch_norm];
       if (cg.add >= 0) step.epilogue.residual = &ops_[cg.add].args.at(cg.residual_arg);
       step.epilogue.relu = cg.relu >= 0;
       step.out_slot = ops_[cg.nodes.back()].returns.at(0).slots.at(0);
-      step.in_place_writes = cg.in_place_writes;
       step.no_grad = true;
       for (int node : cg.nodes) {
         step.no_grad = step.no_grad && ops_[node].no_grad;
@@ -196,7 +195,7 @@ class CppArtifact final : public CodegenArtifact {
     for (size_t p = 0; p < plan_.programs.size(); ++p) program_at[plan_.programs[p].nodes.front()] = p;
     for (size_t i = 0; i < g.nodes.size();) {
       if (group_of[i] >= 0) {
-        if (static_cast<int>(i) == conv_groups_[group_of[i]].nodes.back()) {
+        if (static_cast<int>(i) == conv_groups_[group_of[i]].group.nodes.back()) {
           steps_.push_back({Step::kConvGroup, group_of[i]});
         }
         ++i;
@@ -281,7 +280,7 @@ class CppArtifact final : public CodegenArtifact {
         continue;
       }
       if (steps_[i].kind == Step::kConvGroup) {
-        for (int op : conv_groups_[steps_[i].index].nodes) codegen::AddSlotsOf(ops_[op], &uses[i]);
+        for (int op : conv_groups_[steps_[i].index].group.nodes) codegen::AddSlotsOf(ops_[op], &uses[i]);
         continue;
       }
       if (steps_[i].kind == Step::kProgram) {
@@ -323,14 +322,15 @@ class CppArtifact final : public CodegenArtifact {
     std::vector<bool> grouped(ops_.size(), false);
     for (const ConvGroupStep& cg : conv_groups_) {
       // "aten::conv2d at %13 + batch_norm + add_ + relu": Note [Conv epilogues].
-      std::string text = absl::StrCat(ops_[cg.conv].name, " at %", cg.conv);
-      for (size_t k = 1; k < cg.nodes.size(); ++k) {
-        std::string op = ops_[cg.nodes[k]].name;
+      const std::vector<int>& nodes = cg.group.nodes;
+      std::string text = absl::StrCat(ops_[nodes.front()].name, " at %", nodes.front());
+      for (size_t k = 1; k < nodes.size(); ++k) {
+        std::string op = ops_[nodes[k]].name;
         op = op.substr(op.find("::") + 2);
         absl::StrAppend(&text, " + ", op.substr(0, op.find('.')));
       }
       out.push_back(std::move(text));
-      for (int node : cg.nodes) grouped[node] = true;
+      for (int node : nodes) grouped[node] = true;
     }
     for (const codegen::OpStep& s : ops_) {
       if (s.native != nullptr && !grouped[s.index]) out.push_back(absl::StrCat(s.name, " at %", s.index));
@@ -372,11 +372,9 @@ class CppArtifact final : public CodegenArtifact {
   };
   // Note [Conv epilogues] in runtime/native_conv.cc.
   struct ConvGroupStep {
-    std::vector<int> nodes;  // their steps, run one by one when the fused kernel declines
-    int conv = 0;
+    codegen::native::ConvGroup group;  // its nodes' steps run one by one when the fused kernel declines
     codegen::native::ConvEpilogue epilogue;  // points into ops_
     int out_slot = -1;
-    int in_place_writes = 0;  // eager's result went through add_ / relu_: its version
     bool no_grad = false;  // every node history-free: runs with grad mode off, as their steps would
   };
   std::vector<ConvGroupStep> conv_groups_;
@@ -384,18 +382,17 @@ class CppArtifact final : public CodegenArtifact {
   bool RunConvGroup(const ConvGroupStep& cg, std::vector<c10::IValue>& slots, codegen::RunScratch& scratch,
                     std::string* value_guard_failure) const {
     bool fused;
-    if (cg.no_grad && c10::GradMode::is_enabled()) {
-      c10::AutoGradMode off(false);
-      fused = codegen::native::NativeConvFused(ops_[cg.conv], cg.epilogue, cg.out_slot, slots);
-    } else {
-      fused = codegen::native::NativeConvFused(ops_[cg.conv], cg.epilogue, cg.out_slot, slots);
+    {
+      std::optional<c10::AutoGradMode> off;
+      if (cg.no_grad && c10::GradMode::is_enabled()) off.emplace(false);
+      fused = codegen::native::NativeConvFused(ops_[cg.group.nodes.front()], cg.epilogue, cg.out_slot, slots);
     }
     if (fused) {
       at::TensorImpl* out = slots[cg.out_slot].toTensor().unsafeGetTensorImpl();
-      for (int w = 0; w < cg.in_place_writes; ++w) out->bump_version();
+      for (int w = 0; w < cg.group.in_place_writes; ++w) out->bump_version();
       return true;
     }
-    for (int op : cg.nodes) {
+    for (int op : cg.group.nodes) {
       if (!codegen::RunOpStep(ops_[op], slots, scratch.stack(), value_guard_failure)) return false;
     }
     return true;

@@ -147,6 +147,12 @@ struct Conv {
   bool relu = false;                // then max(0, .), NaN kept
 };
 
+// Note [Conv epilogues]: one output value plus its residual (res null: none), then relu.
+C10_ALWAYS_INLINE float Epilogue(float v, const float* res, bool relu) {
+  if (res != nullptr) v += *res;
+  return relu && v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in ATen's relu
+}
+
 template <int kTile>
 C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb, const float* bias, int valid,
                             int64_t v0, float* out_plane0) {
@@ -175,10 +181,7 @@ C10_ALWAYS_INLINE void Tile(const Conv& cv, const float* image, const float* wb,
       Store(lanes, acc[j][v]);
       const int64_t at = cv.vdst[v0 + v];
       const int count = cv.vlanes[v0 + v];
-      for (int l = 0; l < count; ++l) {
-        if (res != nullptr) lanes[l] += res[at + l];
-        if (cv.relu && lanes[l] < 0.0f) lanes[l] = 0.0f;  // NaN stays NaN, as in ATen's relu
-      }
+      for (int l = 0; l < count; ++l) lanes[l] = Epilogue(lanes[l], res != nullptr ? res + at + l : nullptr, cv.relu);
       std::memcpy(dst + at, lanes, count * sizeof(float));
     }
   }
@@ -629,10 +632,6 @@ struct Scatter {
 };
 
 // Note [Conv epilogues]: a finished output plane plus its residual plane, then relu.
-C10_ALWAYS_INLINE float Epilogue(float v, const float* res, bool relu) {
-  if (res != nullptr) v += *res;
-  return relu && v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in ATen's relu
-}
 C10_ALWAYS_INLINE void PlaneEpilogue(const Scatter& sc, int64_t offset, int64_t count) {
   if (sc.residual == nullptr && !sc.relu) return;
   float* out = sc.out + offset;
